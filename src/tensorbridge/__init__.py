@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tensorbridge: zero-copy tensor exchange between array frameworks over DLPack.
+
+>>> import numpy as np, tensorbridge as tb
+>>> t = tb.from_dlpack(np.arange(6, dtype=np.int32).reshape(2, 3))
+>>> t.shape, t.strides, t.dtype
+((2, 3), (3, 1), tensorbridge.int32)
+
+Importing tensorbridge imports no array framework, not even NumPy.
+"""
+
+from tensorbridge._version import __version__
+from tensorbridge._dtypes import DType, DTYPES as _DTYPES
+from tensorbridge._devices import DLDeviceType, Device
+from tensorbridge._core import DLPACK_VERSION, Tensor, from_dlpack, to_dlpack
+
+# One module attribute per DType: tensorbridge.float32, tensorbridge.bool, ...
+globals().update(_DTYPES)
+
+__all__ = [
+    "DLDeviceType",
+    "DLPACK_VERSION",
+    "DType",
+    "Device",
+    "Tensor",
+    "__version__",
+    "from_dlpack",
+    "to_dlpack",
+    *_DTYPES,
+]

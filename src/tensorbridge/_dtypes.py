@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Element types: one `DType` per DLPack (code, bits) pair, named as in ml_dtypes."""
+
+from __future__ import annotations
+
+__all__ = ["DType", "DTYPES", "dtype_from_code"]
+
+
+class DType:
+    """A DLPack element type (``lanes == 1``).
+
+    Instances are singletons: ``tensorbridge.float32`` is the only float32.
+    A DType compares equal to itself and to its name, so ``t.dtype == "float32"``
+    works; it hashes like its name.
+
+    Attributes
+    ----------
+    name : str
+        The ml_dtypes / NumPy style name, e.g. ``"float8_e4m3fn"``.
+    code, bits, lanes : int
+        The DLPack ``DLDataType`` fields.
+    itemsize : int
+        Bytes one element occupies when stored one per byte or more
+        (1 for the sub-byte float6/float4 types).
+    kind : str
+        ``"bool"``, ``"int"``, ``"uint"``, ``"float"`` or ``"complex"``.
+    """
+
+    __slots__ = ("name", "code", "bits", "lanes", "itemsize", "kind")
+
+    name: str
+    code: int
+    bits: int
+    lanes: int
+    itemsize: int
+    kind: str
+
+    def __init__(self, name: str, code: int, bits: int, kind: str) -> None:
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "code", code)
+        set_(self, "bits", bits)
+        set_(self, "lanes", 1)
+        set_(self, "itemsize", (bits + 7) // 8)
+        set_(self, "kind", kind)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"DType is immutable; cannot set {key!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DType):
+            return self is other
+        if isinstance(other, str):
+            return other == self.name
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"tensorbridge.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (_dtype_by_name, (self.name,))
+
+    @property
+    def is_subbyte(self) -> bool:
+        """True for the float6/float4 types, which DLPack packs below one byte."""
+        return self.bits < 8
+
+
+_SPECS = [
+    # name, code, bits, kind
+    ("bool", 6, 8, "bool"),
+    ("int8", 0, 8, "int"),
+    ("int16", 0, 16, "int"),
+    ("int32", 0, 32, "int"),
+    ("int64", 0, 64, "int"),
+    ("uint8", 1, 8, "uint"),
+    ("uint16", 1, 16, "uint"),
+    ("uint32", 1, 32, "uint"),
+    ("uint64", 1, 64, "uint"),
+    ("float16", 2, 16, "float"),
+    ("float32", 2, 32, "float"),
+    ("float64", 2, 64, "float"),
+    ("bfloat16", 4, 16, "float"),
+    ("complex64", 5, 64, "complex"),
+    ("complex128", 5, 128, "complex"),
+    ("float8_e3m4", 7, 8, "float"),
+    ("float8_e4m3", 8, 8, "float"),
+    ("float8_e4m3b11fnuz", 9, 8, "float"),
+    ("float8_e4m3fn", 10, 8, "float"),
+    ("float8_e4m3fnuz", 11, 8, "float"),
+    ("float8_e5m2", 12, 8, "float"),
+    ("float8_e5m2fnuz", 13, 8, "float"),
+    ("float8_e8m0fnu", 14, 8, "float"),
+    ("float6_e2m3fn", 15, 6, "float"),
+    ("float6_e3m2fn", 16, 6, "float"),
+    ("float4_e2m1fn", 17, 4, "float"),
+]
+
+#: Every DType, by name, in the order above.
+DTYPES: dict[str, DType] = {spec[0]: DType(*spec) for spec in _SPECS}
+_BY_CODE: dict[tuple[int, int], DType] = {(d.code, d.bits): d for d in DTYPES.values()}
+
+
+def dtype_from_code(code: int, bits: int) -> DType | None:
+    """The DType for a DLPack (code, bits) pair, or None if the pair is not a DLPack type."""
+    return _BY_CODE.get((code, bits))
+
+
+def _dtype_by_name(name: str) -> DType:
+    return DTYPES[name]

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Lifetime plumbing shared by the compiled modules: the deleters of the
+ * managed tensors tensorbridge exports, the destructors of its capsules, and a
+ * strided copy.  Rules (docs/design.md, "Ownership"):
+ *
+ *  - An exported managed tensor is one PyMem block (struct, shape, strides);
+ *    manager_ctx is a strong reference to the exporting Tensor.
+ *  - Its deleter may run on any thread, with or without the GIL, even during
+ *    or after interpreter shutdown: once the interpreter is gone it does
+ *    nothing (a deliberate leak); otherwise it takes the GIL, frees the block
+ *    and drops the reference.
+ *  - A capsule destructor acts only on an unconsumed capsule ("dltensor" /
+ *    "dltensor_versioned"); a consumer renamed it to "used_*" and owns it then.
+ */
+#ifndef TENSORBRIDGE_RUNTIME_H_
+#define TENSORBRIDGE_RUNTIME_H_
+
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_dlpack.h"
+
+/* True when Python can no longer be entered from this thread. */
+static inline int tb_interpreter_gone(void) {
+  if (!Py_IsInitialized()) return 1;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing() && !PyGILState_Check()) return 1;
+#else
+  if (_Py_IsFinalizing() && !PyGILState_Check()) return 1;
+#endif
+  return 0;
+}
+
+static void tb_export_deleter_versioned(DLManagedTensorVersioned *self) {
+  if (self == NULL || tb_interpreter_gone()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  PyObject *owner = (PyObject *)self->manager_ctx;
+  PyMem_Free(self);
+  Py_XDECREF(owner);
+  PyGILState_Release(state);
+}
+
+static void tb_export_deleter_legacy(DLManagedTensor *self) {
+  if (self == NULL || tb_interpreter_gone()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  PyObject *owner = (PyObject *)self->manager_ctx;
+  PyMem_Free(self);
+  Py_XDECREF(owner);
+  PyGILState_Release(state);
+}
+
+/* Capsule destructors: called with the GIL by CPython, possibly with an
+ * exception set, so the error state is saved around the work. */
+static void tb_capsule_destructor_versioned(PyObject *capsule) {
+  if (PyCapsule_IsValid(capsule, TB_CAPSULE_VERSIONED_USED)) return;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  DLManagedTensorVersioned *managed =
+      (DLManagedTensorVersioned *)PyCapsule_GetPointer(capsule, TB_CAPSULE_VERSIONED);
+  if (managed == NULL) {
+    PyErr_WriteUnraisable(capsule);
+  } else if (managed->deleter != NULL) {
+    managed->deleter(managed);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+static void tb_capsule_destructor_legacy(PyObject *capsule) {
+  if (PyCapsule_IsValid(capsule, TB_CAPSULE_LEGACY_USED)) return;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  DLManagedTensor *managed = (DLManagedTensor *)PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY);
+  if (managed == NULL) {
+    PyErr_WriteUnraisable(capsule);
+  } else if (managed->deleter != NULL) {
+    managed->deleter(managed);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+/* Copy an n-d strided array (byte strides) into a C-contiguous buffer.
+ * shape must have no zero extent; ndim <= 64. */
+static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const int64_t *shape,
+                                  const int64_t *byte_strides, size_t itemsize) {
+  int64_t index[64];
+  if (ndim == 0) {
+    memcpy(dst, src, itemsize);
+    return;
+  }
+  const int64_t inner = shape[ndim - 1];
+  const int64_t step = byte_strides[ndim - 1];
+  for (int d = 0; d < ndim; ++d) index[d] = 0;
+  for (;;) {
+    if (step == (int64_t)itemsize) {
+      memcpy(dst, src, (size_t)inner * itemsize);
+      dst += (size_t)inner * itemsize;
+    } else {
+      const char *p = src;
+      switch (itemsize) {
+#define TB_COPY_CASE(N)                        \
+  case N:                                      \
+    for (int64_t i = 0; i < inner; ++i) {      \
+      memcpy(dst, p, N);                       \
+      dst += N;                                \
+      p += step;                               \
+    }                                          \
+    break;
+        TB_COPY_CASE(1)
+        TB_COPY_CASE(2)
+        TB_COPY_CASE(4)
+        TB_COPY_CASE(8)
+        TB_COPY_CASE(16)
+#undef TB_COPY_CASE
+        default:
+          for (int64_t i = 0; i < inner; ++i) {
+            memcpy(dst, p, itemsize);
+            dst += itemsize;
+            p += step;
+          }
+      }
+    }
+    int d = ndim - 2;
+    for (; d >= 0; --d) {
+      src += byte_strides[d];
+      if (++index[d] < shape[d]) break;
+      src -= byte_strides[d] * shape[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+#endif /* TENSORBRIDGE_RUNTIME_H_ */

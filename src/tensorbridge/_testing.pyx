@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: Apache-2.0
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Private test support: craft arbitrary (also malformed) DLPack capsules.
+
+``make_capsule`` builds a legacy or versioned capsule from explicit field
+values. Its deleter counts its calls on a :class:`DeleterCounter`; the
+managed struct itself belongs to the counter (freed when the counter dies),
+so even a buggy second deleter call is counted instead of touching freed
+memory. Not a public API.
+"""
+
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_RECORDS_RO
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.string cimport memset
+
+from tensorbridge._dlpack cimport *
+
+cdef extern from "Python.h":
+    ctypedef void (*PyCapsule_Destructor)(PyObject*) noexcept
+    object PyCapsule_New(void* pointer, const char* name, PyCapsule_Destructor destructor)
+    void* PyCapsule_GetPointer(object capsule, const char* name) except? NULL
+    const char* PyCapsule_GetName(object capsule) except? NULL
+    int PyCapsule_SetName(object capsule, const char* name) except -1
+    bint Py_IsInitialized()
+
+cdef extern from "_runtime.h":
+    void tb_capsule_destructor_versioned(PyObject*) noexcept
+    void tb_capsule_destructor_legacy(PyObject*) noexcept
+    bint tb_interpreter_gone() noexcept nogil
+
+cdef extern from "<stdlib.h>" nogil:
+    int atexit(void (*func)() noexcept nogil)
+
+
+cdef class DeleterCounter:
+    """Counts deleter calls of one crafted capsule; owns its managed struct."""
+
+    cdef public int calls
+    cdef bint _released
+    cdef void* _block
+    cdef object _keepalive
+
+    def __dealloc__(self):
+        PyMem_Free(self._block)
+
+    @property
+    def released(self):
+        """True once the first deleter call dropped the data's owner."""
+        return self._released
+
+
+cdef void _count_call(DeleterCounter counter) noexcept:
+    counter.calls += 1
+    if not counter._released:
+        counter._released = True
+        counter._keepalive = None
+        Py_DECREF(counter)          # the reference manager_ctx held; last touch
+
+
+cdef void _deleter_versioned(DLManagedTensorVersioned* self) noexcept nogil:
+    if tb_interpreter_gone():
+        return
+    with gil:
+        _count_call(<DeleterCounter>self.manager_ctx)
+
+
+cdef void _deleter_legacy(DLManagedTensor* self) noexcept nogil:
+    if tb_interpreter_gone():
+        return
+    with gil:
+        _count_call(<DeleterCounter>self.manager_ctx)
+
+
+# Capsule names must be static strings.
+cdef dict _NAMES = {
+    "dltensor": 0, "dltensor_versioned": 1, "used_dltensor": 2,
+    "used_dltensor_versioned": 3, "not_a_tensor": 4,
+}
+cdef const char* _name_ptr(int i) noexcept:
+    if i == 0: return "dltensor"
+    if i == 1: return "dltensor_versioned"
+    if i == 2: return "used_dltensor"
+    if i == 3: return "used_dltensor_versioned"
+    return "not_a_tensor"
+
+
+def make_capsule(data=0, *, shape=(), strides=None, dtype=(2, 32, 1), device=(1, 0),
+                 byte_offset=0, versioned=True, version=(1, 3), flags=0, ndim=None,
+                 null_shape=False, deleter=True, name=None, owner=None):
+    """Build a DLPack capsule from explicit fields.
+
+    ``data`` is an address (int) or an object with the buffer protocol (its
+    address is used and the object kept alive until the deleter runs);
+    ``owner`` is any extra object to keep alive the same way. ``strides=None``
+    writes NULL strides. ``ndim`` overrides ``len(shape)`` (the shape array
+    always holds ``len(shape)`` entries). Returns ``(capsule, counter)``.
+    """
+    cdef Py_buffer view
+    cdef uintptr_t address
+    keepalive = [owner]
+    if isinstance(data, int):
+        address = data
+    else:
+        PyObject_GetBuffer(data, &view, PyBUF_RECORDS_RO)
+        address = <uintptr_t>view.buf
+        PyBuffer_Release(&view)
+        keepalive.append(data)
+    shape = tuple(shape)
+    cdef int n = len(shape)
+    cdef int nd = n if ndim is None else ndim
+    cdef size_t head = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
+    cdef size_t dims = (n if n > 0 else 1) * sizeof(int64_t)
+    cdef char* block = <char*>PyMem_Malloc(head + 2 * dims)
+    if block == NULL:
+        raise MemoryError()
+    memset(block, 0, head + 2 * dims)
+    counter = DeleterCounter()
+    (<DeleterCounter>counter)._block = block
+    (<DeleterCounter>counter)._keepalive = keepalive
+    cdef DLManagedTensorVersioned* mv
+    cdef DLManagedTensor* ml
+    cdef DLTensor* dl
+    cdef int64_t* shape_arr = <int64_t*>(block + head)
+    cdef int64_t* strides_arr = <int64_t*>(block + head + dims)
+    cdef int i
+    for i in range(n):
+        shape_arr[i] = shape[i]
+    if strides is not None:
+        for i in range(len(strides)):
+            strides_arr[i] = strides[i]
+    if versioned:
+        mv = <DLManagedTensorVersioned*>block
+        mv.version.major = version[0]
+        mv.version.minor = version[1]
+        mv.flags = flags
+        mv.manager_ctx = <void*>counter
+        mv.deleter = NULL
+        if deleter:
+            mv.deleter = _deleter_versioned
+        dl = &mv.dl_tensor
+    else:
+        ml = <DLManagedTensor*>block
+        ml.manager_ctx = <void*>counter
+        ml.deleter = NULL
+        if deleter:
+            ml.deleter = _deleter_legacy
+        dl = &ml.dl_tensor
+    dl.data = <void*>address
+    dl.device.device_type = device[0]
+    dl.device.device_id = device[1]
+    dl.ndim = nd
+    dl.dtype.code = dtype[0]
+    dl.dtype.bits = dtype[1]
+    dl.dtype.lanes = dtype[2]
+    dl.shape = NULL if null_shape else shape_arr
+    dl.strides = NULL if strides is None else strides_arr
+    dl.byte_offset = byte_offset
+    if deleter:
+        Py_INCREF(counter)   # manager_ctx's reference, dropped by the first deleter call
+    if name is None:
+        name = "dltensor_versioned" if versioned else "dltensor"
+    cdef int name_id = _NAMES[name]
+    cdef PyCapsule_Destructor destructor = NULL
+    if name_id == 0:
+        destructor = tb_capsule_destructor_legacy
+    elif name_id == 1:
+        destructor = tb_capsule_destructor_versioned
+    return PyCapsule_New(block, _name_ptr(name_id), destructor), counter
+
+
+def capsule_name(capsule):
+    """The capsule's current name."""
+    cdef const char* name = PyCapsule_GetName(capsule)
+    return None if name == NULL else name.decode()
+
+
+cdef void* _take(object capsule, bint* versioned) except NULL:
+    """Consume a capsule by hand: rename it and return its managed pointer."""
+    cdef const char* name = PyCapsule_GetName(capsule)
+    cdef bytes bname = name
+    cdef void* managed
+    if bname == b"dltensor_versioned":
+        managed = PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, "used_dltensor_versioned")
+        versioned[0] = True
+    elif bname == b"dltensor":
+        managed = PyCapsule_GetPointer(capsule, name)
+        PyCapsule_SetName(capsule, "used_dltensor")
+        versioned[0] = False
+    else:
+        raise ValueError(f"not an unconsumed DLPack capsule: {bname!r}")
+    return managed
+
+
+cdef void _run_deleter(void* managed, bint versioned) noexcept nogil:
+    cdef DLManagedTensorVersioned* mv
+    cdef DLManagedTensor* ml
+    if versioned:
+        mv = <DLManagedTensorVersioned*>managed
+        if mv.deleter != NULL:
+            mv.deleter(mv)
+    else:
+        ml = <DLManagedTensor*>managed
+        if ml.deleter != NULL:
+            ml.deleter(ml)
+
+
+def consume_and_delete_without_gil(capsule):
+    """Consume a capsule, then call its deleter with the GIL released,
+    as a C++ consumer on another thread would."""
+    cdef bint versioned = False
+    cdef void* managed = _take(capsule, &versioned)
+    with nogil:
+        _run_deleter(managed, versioned)
+
+
+cdef void* _at_exit_managed = NULL
+cdef bint _at_exit_versioned = False
+
+cdef void _delete_at_exit() noexcept nogil:
+    if _at_exit_managed != NULL:
+        _run_deleter(_at_exit_managed, _at_exit_versioned)
+
+
+def delete_after_interpreter_exit(capsule):
+    """Consume a capsule and call its deleter from a C atexit handler, which
+    runs after Py_Finalize: the deleter must then do nothing."""
+    global _at_exit_managed, _at_exit_versioned
+    cdef bint versioned = False
+    _at_exit_managed = _take(capsule, &versioned)
+    _at_exit_versioned = versioned
+    atexit(_delete_at_exit)
