@@ -20,7 +20,7 @@ Ownership invariants (docs/design.md, "Ownership and lifetime"):
 """
 
 cimport cython
-from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.ref cimport PyObject, PyTypeObject, Py_INCREF, Py_DECREF, Py_TYPE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport (
     PyBuffer_Release, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES,
@@ -51,6 +51,8 @@ cdef extern from "_runtime.h":
     void tb_capsule_destructor_legacy(PyObject*) noexcept
     void tb_copy_to_contiguous(char* dst, const char* src, int ndim, const int64_t* shape,
                                const int64_t* byte_strides, size_t itemsize) noexcept nogil
+    bint tb_mul_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
+    bint tb_add_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
 cdef extern from "<stdlib.h>" nogil:
     int posix_memalign(void** memptr, size_t alignment, size_t size)
@@ -663,17 +665,14 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
     if ndim > 0 and dl.shape == NULL:
         raise BufferError(f"from_dlpack(): DLTensor.shape is NULL but ndim is {ndim}")
     t._set_ndim(ndim)
+    cdef bint overflow = False
     for i in range(ndim):
         extent = dl.shape[i]
         if extent < 0:
             raise BufferError(
                 f"from_dlpack(): DLTensor.shape[{i}] is {extent}; extents must be >= 0")
         t._shape[i] = extent
-        if size != 0 and extent != 0 and size > BYTE_LIMIT // extent:
-            raise BufferError(
-                f"from_dlpack(): DLTensor.shape {[dl.shape[j] for j in range(ndim)]} "
-                "has too many elements")
-        size *= extent
+        overflow |= tb_mul_overflow(size, extent, &size)
     if ndim > 0 and dl.strides == NULL:
         # Legacy and pre-1.2 producers: NULL strides mean C order.
         step = 1
@@ -681,27 +680,30 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
             t._strides[i] = step
             step *= t._shape[i] if t._shape[i] > 0 else 1
     else:
-        for i in range(ndim):
-            t._strides[i] = dl.strides[i]
-    cdef size_t item = _itemsize(dt)
-    if size > 0:
+        memcpy(t._strides, dl.strides, ndim * sizeof(int64_t))
+    cdef int64_t item = _itemsize(dt)
+    for i in range(ndim):
+        if t._shape[i] == 0:   # empty, however large the other extents
+            size = 0
+            overflow = False
+    if size != 0 or overflow:
+        if overflow or tb_mul_overflow(size, item, &extent) or extent > BYTE_LIMIT:
+            raise BufferError(
+                f"from_dlpack(): DLTensor.shape {t.shape} has too many elements "
+                f"for a 64-bit address space")
         if dl.data == NULL:
             raise BufferError(
                 f"from_dlpack(): DLTensor.data is NULL but the tensor has {size} elements")
-        if size > BYTE_LIMIT // <int64_t>item:
-            raise BufferError(f"from_dlpack(): the tensor's {size} elements are too many bytes")
+        # The bytes between the lowest and the highest element must fit too.
         for i in range(ndim):
             stride = t._strides[i]
-            if stride < -BYTE_LIMIT or stride > BYTE_LIMIT:
-                raise BufferError(
-                    f"from_dlpack(): DLTensor.strides[{i}] is {stride}; out of range")
             if stride < 0:
-                stride = -stride
-            if t._shape[i] > 1 and stride > (BYTE_LIMIT - span) // ((t._shape[i] - 1) * <int64_t>item):
+                stride = BYTE_LIMIT + 1 if stride < -BYTE_LIMIT else -stride
+            if (tb_mul_overflow(stride, (t._shape[i] - 1) * item, &step)
+                    or tb_add_overflow(span, step, &span) or span > BYTE_LIMIT):
                 raise BufferError(
                     f"from_dlpack(): DLTensor.strides {t.strides} with shape {t.shape} "
                     "span more memory than a 64-bit address space")
-            span += stride * (t._shape[i] - 1) * <int64_t>item
     t._data = dl.data
     t._byte_offset = dl.byte_offset
     t._device = dl.device
@@ -903,13 +905,8 @@ cdef DLDevice _producer_device(object x) except *:
         missing = True
     if missing:
         _raise_not_dlpack(x)
-    if type(result) is not tuple:
-        try:
-            result = tuple(result)
-        except TypeError:
-            raise TypeError(
-                f"from_dlpack(): {type(x).__name__}.__dlpack_device__() returned "
-                f"{result!r}; expected a (device_type, device_id) tuple") from None
+    if type(result) is list:
+        result = tuple(result)
     return _parse_dl_device(result, f"from_dlpack(): {type(x).__name__}.__dlpack_device__()")
 
 
@@ -943,8 +940,29 @@ cdef DLDevice _requested_device(object device) except *:
     return dev
 
 
+cdef PyTypeObject* _ndarray_type = NULL
+
+cdef inline bint _is_ndarray(object x) noexcept:
+    """Exactly numpy.ndarray (found by name, so NumPy is never imported)."""
+    global _ndarray_type
+    cdef PyTypeObject* tp = Py_TYPE(x)
+    if tp == _ndarray_type:
+        return True
+    if _ndarray_type == NULL and strcmp(tp.tp_name, "numpy.ndarray") == 0:
+        _ndarray_type = tp
+        return True
+    return False
+
+
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
-    cdef DLDevice source = _producer_device(x)
+    cdef DLDevice source
+    if device is None and _is_ndarray(x):
+        # NumPy memory is host memory and NumPy takes no stream, so there is
+        # nothing __dlpack_device__() could change: the capsule says the rest.
+        source.device_type = kDLCPU
+        source.device_id = 0
+    else:
+        source = _producer_device(x)
     cdef DLDevice target = source
     cdef int mask = 0
     cdef bint self_copy = False

@@ -80,6 +80,16 @@ static void tb_capsule_destructor_legacy(PyObject *capsule) {
   PyErr_Restore(type, value, tb);
 }
 
+/* a * b into *out; nonzero when the product overflows int64. */
+static inline int tb_mul_overflow(int64_t a, int64_t b, int64_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+/* a + b into *out; nonzero when the sum overflows int64. */
+static inline int tb_add_overflow(int64_t a, int64_t b, int64_t *out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
 /* Copy an n-d strided array (byte strides) into a C-contiguous buffer.
  * shape must have no zero extent; ndim <= 64. */
 static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const int64_t *shape,

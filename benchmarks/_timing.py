@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared timing helpers: interleaved rounds, per-call medians, Markdown output.
+
+The machines are shared and noisy, so every case is measured in the same run,
+round-robin in a shuffled order per round, and compared by medians.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+
+def calibrate(fn: Callable[[], object], target: float = 0.02) -> int:
+    """Calls per sample so that one sample takes about `target` seconds."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= target / 4 or number >= 1 << 22:
+            return max(1, int(number * target / max(elapsed, 1e-9)))
+        number *= 4
+
+
+def measure(
+    cases: dict[str, Callable[[], object]], rounds: int = 15, target: float = 0.02
+) -> dict[str, dict[str, float]]:
+    """Per-call time in microseconds for each case: median, best, and the sample count."""
+    numbers = {name: calibrate(fn, target) for name, fn in cases.items()}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    order = list(cases)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            random.shuffle(order)
+            for name in order:
+                fn, number = cases[name], numbers[name]
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / number * 1e6)
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {
+        name: {
+            "median_us": statistics.median(values),
+            "best_us": min(values),
+            "calls_per_sample": numbers[name],
+            "samples": len(values),
+        }
+        for name, values in samples.items()
+    }
+
+
+def machine() -> dict[str, object]:
+    import os
+
+    info: dict[str, object] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        info["loadavg"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(path: str, payload: dict[str, object]) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=True)
+        f.write("\n")
