@@ -23,6 +23,7 @@ cimport cython
 from cpython.ref cimport PyObject, PyTypeObject, Py_INCREF, Py_DECREF, Py_TYPE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport (
+    PyObject_GetBuffer, PyObject_CheckBuffer, PyBUF_RECORDS, PyBUF_RECORDS_RO,
     PyBuffer_Release, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES,
     PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS,
 )
@@ -54,10 +55,24 @@ cdef extern from "_runtime.h":
     bint tb_mul_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
     bint tb_add_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
+cdef extern from "Python.h":
+    ctypedef struct Py_complex:
+        double real
+        double imag
+    Py_complex PyComplex_AsCComplex(object op) except *
+    int PySlice_Unpack(object slice, Py_ssize_t* start, Py_ssize_t* stop,
+                       Py_ssize_t* step) except -1
+    Py_ssize_t PySlice_AdjustIndices(Py_ssize_t length, Py_ssize_t* start, Py_ssize_t* stop,
+                                     Py_ssize_t step) noexcept
+
 cdef extern from "<stdlib.h>" nogil:
     int posix_memalign(void** memptr, size_t alignment, size_t size)
 
-from tensorbridge._dtypes import DTYPES as _DTYPES
+from tensorbridge._dtypes import (
+    DTYPES as _DTYPES,
+    as_dtype as _as_dtype,
+    is_dtype_like as _is_dtype_like,
+)
 from tensorbridge._devices import (
     DLDeviceType as _DLDeviceType,
     _make as _make_device,
@@ -334,6 +349,12 @@ cdef class Tensor:
         return self._c_contiguous()
 
     def __repr__(self):
+        if _host_accessible(self._device.device_type):
+            return _numpy_ops().format_tensor(self)
+        return self._meta_repr()
+
+    def _meta_repr(self):
+        """The metadata-only repr, for memory the CPU cannot read."""
         flags = ", readonly" if self._flags & TB_FLAG_READ_ONLY else ""
         return (f"tensorbridge.Tensor(shape={self.shape}, dtype={_dtype_obj(self._dtype)}, "
                 f"device={_dev_str(self._device)}{flags})")
@@ -383,6 +404,193 @@ cdef class Tensor:
                 "capsule, which cannot mark it read-only; ask for a versioned capsule "
                 "with __dlpack__(max_version=(1, 3))")
         return _export_capsule(source, versioned, extra, &target)
+
+    # -- Python protocols ---------------------------------------------------
+
+    def __len__(self):
+        if self._ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if self._ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        cdef int64_t i
+        for i in range(self._shape[0]):
+            yield _index_int(self, i)
+
+    def __bool__(self):
+        if self._size() != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self._size()} elements is ambiguous")
+        return bool(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __complex__(self):
+        return complex(self.item())
+
+    def __index__(self):
+        if self._dtype.code not in (kDLInt, kDLUInt) or self._size() != 1:
+            raise TypeError("only integer tensors of one element can be used as an index")
+        return int(self.item())
+
+    # -- indexing -------------------------------------------------------------
+
+    def __getitem__(self, key):
+        if type(key) is not tuple:
+            key = (key,)
+        if _is_basic_key(<tuple>key):
+            return _basic_index(self, <tuple>key)
+        return _numpy_ops().getitem_advanced(self, key)
+
+    def __setitem__(self, key, value):
+        if self._flags & TB_FLAG_READ_ONLY:
+            raise ValueError("assignment destination is read-only")
+        _numpy_ops().setitem(self, key, value)
+
+    # -- shape manipulation (metadata only: works on every device) -----------
+
+    @property
+    def T(self):
+        """The tensor with its dimensions reversed (a view)."""
+        return self.permute(*range(self._ndim - 1, -1, -1))
+
+    def permute(self, *dims):
+        """A view with the dimensions reordered: ``t.permute(2, 0, 1)``."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if len(dims) != self._ndim:
+            raise ValueError(
+                f"permute(): expected {self._ndim} dimensions; got {len(dims)}: {dims}")
+        cdef list order = [_normalize_dim(d, self._ndim, "permute") for d in dims]
+        if len(set(order)) != self._ndim:
+            raise ValueError(f"permute(): repeated dimension in {dims}")
+        cdef Tensor v = _view(self)
+        cdef int i
+        for i in range(self._ndim):
+            v._shape[i] = self._shape[<int>order[i]]
+            v._strides[i] = self._strides[<int>order[i]]
+        _check_packed_view(v)
+        return v
+
+    def transpose(self, *dims):
+        """``transpose()`` reverses the dimensions; ``transpose(d0, d1)`` swaps two
+        (as in PyTorch); ``transpose((2, 0, 1))`` applies a permutation (as in NumPy)."""
+        if len(dims) == 0:
+            return self.T
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            return self.permute(*dims[0])
+        if len(dims) != 2:
+            raise TypeError(
+                "transpose() takes no dimensions, two dimensions to swap, or one "
+                f"permutation tuple; got {dims}")
+        cdef int a = _normalize_dim(dims[0], self._ndim, "transpose")
+        cdef int b = _normalize_dim(dims[1], self._ndim, "transpose")
+        order = list(range(self._ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(*order)
+
+    def reshape(self, *shape):
+        """A tensor of the same elements with a new shape: a view whenever the
+        strides allow it, otherwise a copy (CPU-accessible memory only)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        cdef list dims = _resolve_shape(shape, self._size())
+        cdef Tensor v = _reshape_view(self, dims)
+        if v is not None:
+            return v
+        if not _host_accessible(self._device.device_type):
+            raise BufferError(
+                f"reshape(): the strides of this {_dev_str(self._device)} tensor do not allow "
+                "a view, and tensorbridge cannot copy device memory")
+        return _reshape_view(_copy_contiguous(self, self._device), dims)
+
+    def flatten(self):
+        """A 1-d tensor of the elements in C order (a view when possible, as in PyTorch)."""
+        return self.reshape(-1)
+
+    def view(self, dtype):
+        """Reinterpret the bytes as another dtype (a view).
+
+        Same itemsize: same shape. Otherwise the last dimension must be
+        contiguous and its byte length divisible by the new itemsize.
+        """
+        return _view_dtype(self, _resolve_dtype_obj(dtype))
+
+    # -- copies and conversions ---------------------------------------------
+
+    def copy(self):
+        """A C-contiguous copy in new (64-byte aligned) memory."""
+        if not _host_accessible(self._device.device_type):
+            raise BufferError(
+                f"copy(): tensorbridge cannot copy {_dev_str(self._device)} memory")
+        return _copy_contiguous(self, self._device)
+
+    def contiguous(self):
+        """This tensor if it is C-contiguous, else a C-contiguous copy."""
+        return self if self._c_contiguous() else self.copy()
+
+    def astype(self, dtype, *, copy=True):
+        """The elements cast to ``dtype``, in new memory (``copy=False``: this
+        tensor itself when the dtype already matches)."""
+        target = _resolve_dtype_obj(dtype)
+        if not copy and target is _dtype_obj(self._dtype):
+            return self
+        return _numpy_ops().cast(self, target)
+
+    def to(self, *args, dtype=None, device=None, copy=False):
+        """Change dtype and/or device, like ``torch.Tensor.to``: ``t.to("float64")``,
+        ``t.to("cpu")``, ``t.to(device="cpu", dtype="int32")``. Returns this tensor
+        when nothing changes and ``copy`` is False."""
+        for arg in args:
+            if _looks_like_device(arg):
+                device = arg
+            else:
+                dtype = arg
+        result = self
+        if device is not None:
+            target = _requested_device(device)
+            if not _same_device(target, self._device):
+                if target.device_type == kDLCPU and target.device_id == 0 and \
+                        _host_accessible(self._device.device_type):
+                    result = _relabel(self, target)
+                else:
+                    raise BufferError(
+                        f"to(): cannot move {_dev_str(self._device)} memory to "
+                        f"{_dev_str(target)}; tensorbridge moves no data between devices "
+                        "(convert through a framework that can)")
+        if dtype is not None and _resolve_dtype_obj(dtype) is not _dtype_obj(self._dtype):
+            return result.astype(dtype)
+        if copy:
+            return result.copy()
+        return result
+
+    def numpy(self):
+        """A NumPy array sharing this tensor's memory (read-only stays read-only)."""
+        return _numpy_ops().to_numpy(self)
+
+    def __array__(self, dtype=None, copy=None):
+        return _numpy_ops().array_protocol(self, dtype, copy)
+
+    def tolist(self):
+        """The elements as (nested) Python lists of Python scalars."""
+        return _numpy_ops().to_numpy(self, unpack=True).tolist()
+
+    def item(self):
+        """The only element, as a Python scalar."""
+        if self._size() != 1:
+            raise ValueError(
+                f"item(): only a tensor with one element has an item; this one has "
+                f"{self._size()}")
+        return _numpy_ops().to_numpy(self, unpack=True).reshape(()).item()
+
+    def __reduce_ex__(self, protocol):
+        return _numpy_ops().reduce_tensor(self, protocol)
 
     # -- NumPy array interface and the buffer protocol ------------------------
 
@@ -839,6 +1047,654 @@ cdef Tensor _view(Tensor src):
 
 
 # --------------------------------------------------------------------------
+# Helpers behind the Tensor surface
+# --------------------------------------------------------------------------
+
+cdef object _numpy_ops_mod = None
+
+cdef object _numpy_ops():
+    """tensorbridge._numpy, imported on first use (it imports NumPy)."""
+    global _numpy_ops_mod
+    if _numpy_ops_mod is None:
+        from tensorbridge import _numpy as module
+        _numpy_ops_mod = module
+    return _numpy_ops_mod
+
+
+cdef object _resolve_dtype_obj(object dtype):
+    return _as_dtype(dtype)
+
+
+cdef DLDataType _dl_dtype(object dtype):
+    cdef DLDataType dt
+    dt.code = dtype.code
+    dt.bits = dtype.bits
+    dt.lanes = 1
+    return dt
+
+
+cdef bint _looks_like_device(object arg):
+    return not _is_dtype_like(arg)
+
+
+cdef int _normalize_dim(object d, int ndim, str api) except -1:
+    if isinstance(d, bool) or not hasattr(d, "__index__"):
+        raise TypeError(f"{api}(): dimensions must be ints; got {d!r}")
+    cdef Py_ssize_t i = d.__index__()
+    if i < -ndim or i >= ndim:
+        raise IndexError(
+            f"{api}(): dimension {i} is out of range for a tensor with {ndim} dimensions")
+    return i + ndim if i < 0 else i
+
+
+cdef inline bint _is_packed(Tensor t) noexcept:
+    return t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED)
+
+
+cdef int _check_packed_view(Tensor v) except -1:
+    if _is_packed(v) and not v._c_contiguous():
+        raise TypeError(
+            f"bit-packed {_dtype_obj(v._dtype)} tensors only support contiguous views; "
+            "unpack first with .astype()")
+    return 0
+
+
+cdef int _apply_offset(Tensor v, int64_t elements) except -1:
+    """Move v's start by a number of elements (the result may lie before data)."""
+    cdef int64_t delta = elements * <int64_t>_itemsize(v._dtype)
+    if _is_packed(v):
+        if (elements * v._dtype.bits) % 8:
+            raise TypeError(
+                f"cannot take a view of bit-packed {_dtype_obj(v._dtype)} data that starts "
+                "inside a byte; unpack first with .astype()")
+        delta = elements * v._dtype.bits // 8
+    if delta >= 0 or <uint64_t>(-delta) <= v._byte_offset:
+        v._byte_offset = <uint64_t>(<int64_t>v._byte_offset + delta)
+    else:
+        # A negative offset cannot be a byte_offset: fold it into the pointer.
+        v._data = <char*>v._data + <int64_t>v._byte_offset + delta
+        v._byte_offset = 0
+    return 0
+
+
+cdef bint _is_basic_key(tuple key):
+    for k in key:
+        if k is None or k is Ellipsis or type(k) is slice:
+            continue
+        if type(k) is int:
+            continue
+        if isinstance(k, (bool, list, tuple, Tensor)) or hasattr(k, "__array_interface__") \
+                or hasattr(k, "__dlpack__") or hasattr(k, "__array__"):
+            # NumPy semantics: booleans and arrays index "advanced", except
+            # that 0-d integer arrays act as integers.
+            if type(k) is Tensor and (<Tensor>k)._ndim == 0 and \
+                    (<Tensor>k)._dtype.code in (kDLInt, kDLUInt):
+                continue
+            return False
+        if not hasattr(k, "__index__"):
+            raise IndexError(
+                "only integers, slices (`:`), ellipsis (`...`), None and integer or "
+                f"boolean tensors are valid indices; got {type(k).__name__} {k!r}")
+    return True
+
+
+cdef Tensor _index_int(Tensor t, int64_t i):
+    cdef Tensor v = _view(t)
+    _apply_offset(v, i * t._strides[0])
+    v._set_ndim(t._ndim - 1)
+    memcpy(v._shape, t._shape + 1, (t._ndim - 1) * sizeof(int64_t))
+    memcpy(v._strides, t._strides + 1, (t._ndim - 1) * sizeof(int64_t))
+    _check_packed_view(v)
+    return v
+
+
+cdef Tensor _basic_index(Tensor t, tuple key):
+    cdef int consumed = 0, ellipses = 0
+    for k in key:
+        if k is Ellipsis:
+            ellipses += 1
+        elif k is not None:
+            consumed += 1
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if consumed > t._ndim:
+        raise IndexError(
+            f"too many indices for a tensor of dimension {t._ndim}: {consumed} were given")
+    cdef int64_t new_shape[TB_MAX_NDIM]
+    cdef int64_t new_strides[TB_MAX_NDIM]
+    cdef int n = 0, d = 0, j
+    cdef int64_t offset = 0, extent, index
+    cdef Py_ssize_t start, stop, step, length
+    for k in key:
+        if k is None:
+            if n >= TB_MAX_NDIM:
+                raise IndexError(f"the result would have more than {TB_MAX_NDIM} dimensions")
+            new_shape[n] = 1
+            new_strides[n] = 0
+            n += 1
+        elif k is Ellipsis:
+            for j in range(t._ndim - consumed):
+                if n >= TB_MAX_NDIM:
+                    raise IndexError(
+                        f"the result would have more than {TB_MAX_NDIM} dimensions")
+                new_shape[n] = t._shape[d]
+                new_strides[n] = t._strides[d]
+                n += 1
+                d += 1
+        elif type(k) is slice:
+            if PySlice_Unpack(k, &start, &stop, &step) < 0:
+                raise ValueError("invalid slice")   # not reached: Unpack raised already
+            extent = t._shape[d]
+            length = PySlice_AdjustIndices(extent, &start, &stop, step)
+            if n >= TB_MAX_NDIM:
+                raise IndexError(f"the result would have more than {TB_MAX_NDIM} dimensions")
+            new_shape[n] = length
+            new_strides[n] = t._strides[d] * step
+            if length > 0:
+                offset += start * t._strides[d]
+            n += 1
+            d += 1
+        else:
+            index = k.__index__()
+            extent = t._shape[d]
+            if index < -extent or index >= extent:
+                raise IndexError(
+                    f"index {index} is out of bounds for dimension {d} with size {extent}")
+            if index < 0:
+                index += extent
+            offset += index * t._strides[d]
+            d += 1
+    while d < t._ndim:
+        if n >= TB_MAX_NDIM:
+            raise IndexError(f"the result would have more than {TB_MAX_NDIM} dimensions")
+        new_shape[n] = t._shape[d]
+        new_strides[n] = t._strides[d]
+        n += 1
+        d += 1
+    cdef Tensor v = _view(t)
+    v._set_ndim(n)
+    memcpy(v._shape, new_shape, n * sizeof(int64_t))
+    memcpy(v._strides, new_strides, n * sizeof(int64_t))
+    if v._size() > 0:
+        _apply_offset(v, offset)
+    _check_packed_view(v)
+    return v
+
+
+cdef list _resolve_shape(tuple shape, int64_t size):
+    cdef list dims = []
+    cdef int infer = -1, i = 0
+    cdef int64_t known = 1
+    for s in shape:
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError(f"reshape(): shape entries must be ints; got {s!r}")
+        value = s.__index__()
+        if value == -1:
+            if infer >= 0:
+                raise ValueError("reshape(): only one dimension can be -1")
+            infer = i
+        elif value < 0:
+            raise ValueError(f"reshape(): invalid extent {value} in shape {shape}")
+        else:
+            known *= value
+        dims.append(value)
+        i += 1
+    if len(dims) > TB_MAX_NDIM:
+        raise ValueError(f"reshape(): at most {TB_MAX_NDIM} dimensions; got {len(dims)}")
+    if infer >= 0:
+        if known == 0 or size % known:
+            raise ValueError(
+                f"reshape(): cannot reshape a tensor of {size} elements into shape {shape}")
+        dims[infer] = size // known
+    elif known != size:
+        raise ValueError(
+            f"reshape(): cannot reshape a tensor of {size} elements into shape {tuple(dims)}")
+    return dims
+
+
+cdef Tensor _reshape_view(Tensor t, list dims):
+    """A view of t with shape dims, or None when the strides do not allow one."""
+    cdef int newnd = len(dims), oldnd = 0, i
+    cdef int64_t olddims[TB_MAX_NDIM]
+    cdef int64_t oldstrides[TB_MAX_NDIM]
+    cdef int64_t newdims[TB_MAX_NDIM]
+    cdef int64_t newstrides[TB_MAX_NDIM]
+    cdef int64_t np_, op
+    cdef int ni, nj, oi, oj, ok, nk
+    for i in range(newnd):
+        newdims[i] = dims[i]
+    if t._size() == 0:
+        # Any strides describe an empty tensor: use C order.
+        np_ = 1
+        for i in range(newnd - 1, -1, -1):
+            newstrides[i] = np_
+            np_ *= newdims[i] if newdims[i] > 0 else 1
+    else:
+        for i in range(t._ndim):
+            if t._shape[i] != 1:
+                olddims[oldnd] = t._shape[i]
+                oldstrides[oldnd] = t._strides[i]
+                oldnd += 1
+        ni = 0
+        nj = 1
+        oi = 0
+        oj = 1
+        while ni < newnd and oi < oldnd:
+            np_ = newdims[ni]
+            op = olddims[oi]
+            while np_ != op:
+                if np_ < op:
+                    np_ *= newdims[nj]
+                    nj += 1
+                else:
+                    op *= olddims[oj]
+                    oj += 1
+            for ok in range(oi, oj - 1):
+                if oldstrides[ok] != olddims[ok + 1] * oldstrides[ok + 1]:
+                    return None
+            newstrides[nj - 1] = oldstrides[oj - 1]
+            for nk in range(nj - 1, ni, -1):
+                newstrides[nk - 1] = newstrides[nk] * newdims[nk]
+            ni = nj
+            nj += 1
+            oi = oj
+            oj += 1
+        # Trailing size-1 dimensions: any stride works.
+        for i in range(ni, newnd):
+            newstrides[i] = 1
+    cdef Tensor v = _view(t)
+    v._set_ndim(newnd)
+    memcpy(v._shape, newdims, newnd * sizeof(int64_t))
+    memcpy(v._strides, newstrides, newnd * sizeof(int64_t))
+    _check_packed_view(v)
+    return v
+
+
+cdef Tensor _view_dtype(Tensor t, object dtype):
+    cdef DLDataType dt = _dl_dtype(dtype)
+    cdef int64_t old_item = _itemsize(t._dtype), new_item = _itemsize(dt)
+    if _is_packed(t) and dt.bits != t._dtype.bits:
+        raise TypeError(
+            f"view(): bit-packed {_dtype_obj(t._dtype)} data can only be viewed as another "
+            f"{t._dtype.bits}-bit type; got {dtype}")
+    cdef Tensor v = _view(t)
+    v._dtype = dt
+    if dt.bits < 8 and not _is_packed(t):
+        v._flags |= TB_FLAG_SUBBYTE_PADDED   # one element per byte
+    elif dt.bits >= 8:
+        v._flags &= ~TB_FLAG_SUBBYTE_PADDED
+    if old_item == new_item:
+        return v
+    if t._ndim == 0:
+        raise ValueError(
+            f"view(): a 0-d tensor cannot change itemsize ({old_item} -> {new_item} bytes)")
+    cdef int last = t._ndim - 1, i
+    if t._shape[last] != 1 and t._strides[last] != 1:
+        raise ValueError(
+            f"view(): the last dimension must be contiguous to change itemsize; "
+            f"its stride is {t._strides[last]}")
+    cdef int64_t row_bytes = t._shape[last] * old_item
+    if row_bytes % new_item:
+        raise ValueError(
+            f"view(): the last dimension holds {row_bytes} bytes, not a multiple of the "
+            f"new itemsize {new_item}")
+    for i in range(last):
+        if (t._strides[i] * old_item) % new_item:
+            raise ValueError(
+                f"view(): stride {t._strides[i]} of dimension {i} is not a whole number of "
+                f"{dtype} elements")
+        v._strides[i] = t._strides[i] * old_item // new_item
+    v._shape[last] = row_bytes // new_item
+    v._strides[last] = 1
+    v._shape_tuple = None
+    v._strides_tuple = None
+    return v
+
+
+def _empty(shape, dtype, device=None):
+    """A new C-contiguous CPU tensor (64-byte aligned, uninitialised)."""
+    cdef int64_t dims[TB_MAX_NDIM]
+    cdef int n = len(shape), i
+    if n > TB_MAX_NDIM:
+        raise ValueError(f"at most {TB_MAX_NDIM} dimensions; got {n}")
+    cdef int64_t size = 1
+    for i in range(n):
+        dims[i] = shape[i]
+        if dims[i] < 0:
+            raise ValueError(f"negative extent {dims[i]} in shape {tuple(shape)}")
+        if tb_mul_overflow(size, dims[i], &size) or size > BYTE_LIMIT:
+            raise ValueError(f"shape {tuple(shape)} has too many elements")
+    cdef DLDevice dev
+    dev.device_type = kDLCPU
+    dev.device_id = 0
+    cdef Tensor t = _alloc_tensor(n, dims, _dl_dtype(dtype), dev)
+    if dtype.bits < 8:
+        t._flags |= TB_FLAG_SUBBYTE_PADDED    # one element per byte
+    return t
+
+
+def _zero_fill(Tensor t):
+    """Set every byte of a freshly allocated tensor to zero."""
+    cdef int64_t nbytes = t._nbytes()
+    if nbytes > 0:
+        with nogil:
+            memset(t._data, 0, <size_t>nbytes)
+    return t
+
+
+def _set_readonly(Tensor t, bint readonly):
+    """A view of t with the read-only flag set or cleared (for internal use only)."""
+    cdef Tensor v = _view(t)
+    if readonly:
+        v._flags |= TB_FLAG_READ_ONLY
+    else:
+        v._flags &= ~TB_FLAG_READ_ONLY
+    return v
+
+
+def _is_packed_tensor(Tensor t):
+    return _is_packed(t)
+
+
+def _is_host(Tensor t):
+    return _host_accessible(t._device.device_type)
+
+
+def _is_capsule(obj):
+    """True for a PyCapsule (of any name)."""
+    return PyCapsule_CheckExact(obj)
+
+
+def _has_buffer(obj):
+    """True when obj exports the buffer protocol."""
+    return PyObject_CheckBuffer(obj)
+
+class _CopyNeeded(BufferError):
+    """copy=False was asked, but the producer could only export a copy."""
+
+
+cdef DLDataType _buffer_dtype(const char* fmt, Py_ssize_t itemsize) except *:
+    """The DLPack dtype of a PEP 3118 format string with the given itemsize."""
+    cdef bytes text = b"B" if fmt == NULL else <bytes>fmt
+    cdef bytes body = text
+    cdef DLDataType dt
+    dt.lanes = 1
+    dt.bits = itemsize * 8
+    if body[:1] in (b"@", b"=", b"<", b">", b"!"):
+        order = body[:1]
+        body = body[1:]
+        if itemsize > 1 and order != b"@" and order != b"=" and order != _native_prefix:
+            raise BufferError(
+                f"asarray(): buffer format {text.decode()!r} is not in native byte order")
+    if body == b"?":
+        dt.code = kDLBool
+    elif body in (b"b", b"h", b"i", b"l", b"q", b"n"):
+        dt.code = kDLInt
+    elif body in (b"B", b"H", b"I", b"L", b"Q", b"N", b"c"):
+        dt.code = kDLUInt
+    elif body in (b"e", b"f", b"d"):
+        dt.code = kDLFloat
+    elif body in (b"Zf", b"Zd"):
+        dt.code = kDLComplex
+    else:
+        raise BufferError(
+            f"asarray(): unsupported buffer format {text.decode(errors='replace')!r} "
+            f"(itemsize {itemsize})")
+    if not _dtype_known(dt):
+        raise BufferError(
+            f"asarray(): buffer format {text.decode()!r} with itemsize {itemsize} has no "
+            "DLPack equivalent")
+    return dt
+
+cdef bytes _native_prefix = b"<" if _sys.byteorder == "little" else b">"
+
+
+def _import_buffer(obj, raw_dtype):
+    """A Tensor sharing obj's buffer. Byte buffers (format B/b/c, 1-d, contiguous)
+    are reinterpreted as raw_dtype; typed buffers keep their type and shape."""
+    cdef Tensor t = _new_tensor()
+    cdef bint readonly = False
+    try:
+        PyObject_GetBuffer(obj, &t._buffer, PyBUF_RECORDS)
+    except (BufferError, TypeError, ValueError):
+        PyObject_GetBuffer(obj, &t._buffer, PyBUF_RECORDS_RO)
+        readonly = True
+    t._owner_kind = OWN_BUFFER
+    cdef Py_buffer* view = &t._buffer
+    readonly = readonly or view.readonly
+    if view.suboffsets != NULL:
+        raise BufferError("asarray(): buffers with suboffsets (PIL-style) are not supported")
+    if view.ndim > TB_MAX_NDIM:
+        raise BufferError(f"asarray(): the buffer has {view.ndim} dimensions; at most 64")
+    cdef const char* fmt = view.format
+    cdef bint raw = (fmt == NULL or strcmp(fmt, "B") == 0 or strcmp(fmt, "b") == 0
+                     or strcmp(fmt, "c") == 0) and view.ndim == 1 and (
+                         view.strides == NULL or view.strides[0] == 1)
+    cdef int i
+    cdef int64_t item, n, step
+    if raw:
+        t._dtype = _dl_dtype(raw_dtype)
+        item = _itemsize(t._dtype)
+        if view.len % item:
+            raise ValueError(
+                f"asarray(): a buffer of {view.len} bytes is not a whole number of "
+                f"{raw_dtype} elements ({item} bytes each)")
+        t._set_ndim(1)
+        t._shape[0] = view.len // item
+        t._strides[0] = 1
+        if t._dtype.bits < 8:
+            t._flags |= TB_FLAG_SUBBYTE_PADDED
+    else:
+        t._dtype = _buffer_dtype(fmt, view.itemsize)
+        item = view.itemsize
+        t._set_ndim(view.ndim)
+        if view.ndim == 1 and view.shape == NULL:
+            t._shape[0] = view.len // item
+        else:
+            for i in range(view.ndim):
+                t._shape[i] = view.shape[i]
+        if view.strides == NULL:
+            step = 1
+            for i in range(view.ndim - 1, -1, -1):
+                t._strides[i] = step
+                step *= t._shape[i] if t._shape[i] > 0 else 1
+        else:
+            for i in range(view.ndim):
+                if view.strides[i] % item:
+                    raise BufferError(
+                        f"asarray(): buffer stride {view.strides[i]} of dimension {i} is not "
+                        f"a multiple of the itemsize {item}")
+                t._strides[i] = view.strides[i] // item
+    t._data = view.buf
+    t._device.device_type = kDLCPU
+    t._device.device_id = 0
+    if readonly:
+        t._flags |= TB_FLAG_READ_ONLY
+    return t
+
+
+def _as_bytes_view(Tensor t):
+    """The bytes of a C-contiguous tensor as a 1-d uint8 view."""
+    if not t._c_contiguous():
+        raise ValueError("internal: _as_bytes_view needs a C-contiguous tensor")
+    cdef Tensor v = _view(t)
+    v._set_ndim(1)
+    v._shape[0] = t._nbytes()
+    v._strides[0] = 1
+    v._dtype.code = kDLUInt
+    v._dtype.bits = 8
+    v._flags &= ~TB_FLAG_SUBBYTE_PADDED
+    return v
+
+
+def _reinterpret(Tensor raw, dtype, tuple shape, bint packed):
+    """A C-contiguous view of the 1-d uint8 tensor raw with a new dtype and shape."""
+    cdef Tensor v = _view(raw)
+    cdef int n = len(shape), i
+    v._set_ndim(n)
+    v._dtype = _dl_dtype(dtype)
+    if v._dtype.bits < 8 and not packed:
+        v._flags |= TB_FLAG_SUBBYTE_PADDED
+    else:
+        v._flags &= ~TB_FLAG_SUBBYTE_PADDED
+    cdef int64_t step = 1
+    for i in range(n):
+        v._shape[i] = shape[i]
+    for i in range(n - 1, -1, -1):
+        v._strides[i] = step
+        step *= v._shape[i] if v._shape[i] > 0 else 1
+    if v._nbytes() != raw._nbytes():
+        raise ValueError(
+            f"{raw._nbytes()} bytes cannot hold a {dtype} tensor of shape {shape}")
+    return v
+
+
+# -- nested sequences of Python scalars, filled straight into new memory ------
+
+cdef enum:
+    SEQ_BOOL = 1
+    SEQ_INT = 2
+    SEQ_FLOAT = 4
+    SEQ_COMPLEX = 8
+    SEQ_OTHER = 16    # something only the general (NumPy) path understands
+
+
+cdef str _position(int64_t* index, int depth):
+    return "".join([f"[{index[i]}]" for i in range(depth)])
+
+
+cdef int _scan(object x, int depth, int ndim, int64_t* shape, int64_t* index) except -1:
+    """Check the nesting is rectangular; return the SEQ_* kinds of the leaves."""
+    cdef int kinds = 0
+    cdef Py_ssize_t i, n
+    cdef object item
+    if type(x) is not list and type(x) is not tuple:
+        return SEQ_OTHER
+    n = len(x)
+    if n != shape[depth]:
+        raise ValueError(
+            f"asarray(): ragged nested sequence: the sequence at "
+            f"{_position(index, depth) or 'the top'} has length {n}, but its neighbours "
+            f"have length {shape[depth]}")
+    for i in range(n):
+        item = x[i]
+        index[depth] = i
+        if depth + 1 < ndim:
+            if type(item) is list or type(item) is tuple:
+                kinds |= _scan(item, depth + 1, ndim, shape, index)
+            elif type(item) is float or type(item) is int or type(item) is bool or \
+                    type(item) is complex:
+                raise ValueError(
+                    f"asarray(): ragged nested sequence: the item at "
+                    f"{_position(index, depth + 1)} is a number where a sequence of length "
+                    f"{shape[depth + 1]} was expected")
+            else:
+                return SEQ_OTHER
+        else:
+            if type(item) is float:
+                kinds |= SEQ_FLOAT
+            elif type(item) is int:
+                kinds |= SEQ_INT
+            elif type(item) is bool:
+                kinds |= SEQ_BOOL
+            elif type(item) is complex:
+                kinds |= SEQ_COMPLEX
+            elif type(item) is list or type(item) is tuple:
+                raise ValueError(
+                    f"asarray(): ragged nested sequence: the item at "
+                    f"{_position(index, depth + 1)} is a sequence where a number was "
+                    "expected")
+            else:
+                return SEQ_OTHER
+        if kinds & SEQ_OTHER:
+            return SEQ_OTHER
+    return kinds
+
+
+cdef char* _fill_seq(object x, int depth, int ndim, char* out, DLDataType dt,
+                     int64_t* index) except NULL:
+    cdef Py_ssize_t i, n = len(x)
+    cdef object item
+    cdef double value
+    cdef Py_complex z
+    for i in range(n):
+        item = x[i]
+        index[depth] = i
+        if depth + 1 < ndim:
+            out = _fill_seq(item, depth + 1, ndim, out, dt, index)
+            continue
+        if dt.code == kDLFloat:
+            value = <double>item if type(item) is not bool else (1.0 if item else 0.0)
+            if dt.bits == 64:
+                (<double*>out)[0] = value
+            else:
+                (<float*>out)[0] = <float>value
+        elif dt.code == kDLInt:
+            try:
+                (<int64_t*>out)[0] = <int64_t>item
+            except OverflowError:
+                raise OverflowError(
+                    f"asarray(): the int at {_position(index, depth + 1)} does not fit int64: "
+                    f"{item}") from None
+        elif dt.code == kDLBool:
+            (<uint8_t*>out)[0] = 1 if item else 0
+        else:
+            z = PyComplex_AsCComplex(item)
+            if dt.bits == 128:
+                (<double*>out)[0] = z.real
+                (<double*>out)[1] = z.imag
+            else:
+                (<float*>out)[0] = <float>z.real
+                (<float*>out)[1] = <float>z.imag
+        out += dt.bits // 8
+    return out
+
+
+def _from_sequence(obj, dtype, default_float, default_complex):
+    """A new tensor from nested lists/tuples of Python scalars, or None when obj
+    holds other items (NumPy scalars, tensors...) for the general path.
+
+    ``dtype`` may be None (inferred), bool, int64, float32/64 or complex64/128;
+    other dtypes take the general path too (None is returned)."""
+    cdef int64_t shape[TB_MAX_NDIM]
+    cdef int64_t index[TB_MAX_NDIM]
+    cdef int ndim = 0
+    x = obj
+    while type(x) is list or type(x) is tuple:
+        if ndim >= TB_MAX_NDIM:
+            raise ValueError(f"asarray(): nested more than {TB_MAX_NDIM} levels deep")
+        shape[ndim] = len(x)
+        ndim += 1
+        if len(x) == 0:
+            break
+        x = x[0]
+    cdef int kinds = _scan(obj, 0, ndim, shape, index) if ndim > 0 else SEQ_OTHER
+    if kinds & SEQ_OTHER:
+        return None
+    if dtype is None:
+        if kinds & SEQ_COMPLEX:
+            dtype = default_complex
+        elif kinds & SEQ_FLOAT or kinds == 0:
+            dtype = default_float      # an empty list, too (as in PyTorch)
+        elif kinds & SEQ_INT:
+            dtype = _DTYPES["int64"]
+        else:
+            dtype = _DTYPES["bool"]
+    name = dtype.name
+    if name not in ("bool", "int64", "float32", "float64", "complex64", "complex128"):
+        return None
+    if name == "bool" and kinds & ~SEQ_BOOL:
+        return None
+    if name == "int64" and kinds & (SEQ_FLOAT | SEQ_COMPLEX):
+        return None
+    if name in ("float32", "float64") and kinds & SEQ_COMPLEX:
+        return None
+    cdef Tensor t = _empty([shape[i] for i in range(ndim)], dtype)
+    if t._size() > 0:
+        _fill_seq(obj, 0, ndim, <char*>t._data, t._dtype, index)
+    return t
+
+# --------------------------------------------------------------------------
 # Consumer: from_dlpack
 # --------------------------------------------------------------------------
 
@@ -1017,7 +1873,7 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
             f"from_dlpack(): {type(x).__name__}.__dlpack__(dl_device={dl_device}) returned "
             f"{_dev_str(t._device)} data instead of {_dev_str(target)}")
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
-        raise BufferError(
+        raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {type(x).__name__} could only export a copy")
     if self_copy and not (t._flags & TB_FLAG_IS_COPIED):
         return _copy_contiguous(t, t._device)

@@ -3,7 +3,18 @@
 
 from __future__ import annotations
 
-__all__ = ["DType", "DTYPES", "dtype_from_code"]
+import sys
+from typing import Any
+
+__all__ = [
+    "DTYPES",
+    "DType",
+    "as_dtype",
+    "dtype_from_code",
+    "get_default_dtype",
+    "is_dtype_like",
+    "set_default_dtype",
+]
 
 
 class DType:
@@ -118,3 +129,101 @@ def dtype_from_code(code: int, bits: int) -> DType | None:
 
 def _dtype_by_name(name: str) -> DType:
     return DTYPES[name]
+
+
+# --------------------------------------------------------------------------
+# The default float dtype (what Python floats become)
+# --------------------------------------------------------------------------
+
+_default_float: DType = DTYPES["float32"]
+
+
+def get_default_dtype() -> DType:
+    """The dtype Python floats become (``float32`` unless changed)."""
+    return _default_float
+
+
+def set_default_dtype(dtype: Any) -> None:
+    """Set the dtype Python floats become: float16, bfloat16, float32 or float64.
+
+    Python complex numbers follow it: complex128 for float64, else complex64.
+    """
+    global _default_float
+    resolved = as_dtype(dtype)
+    if resolved.name not in ("float16", "bfloat16", "float32", "float64"):
+        raise TypeError(
+            f"set_default_dtype(): the default must be float16, bfloat16, float32 or "
+            f"float64; got {resolved.name}"
+        )
+    _default_float = resolved
+
+
+def default_complex() -> DType:
+    """The dtype Python complex numbers become."""
+    return DTYPES["complex128" if _default_float.name == "float64" else "complex64"]
+
+
+# --------------------------------------------------------------------------
+# Turning user dtype arguments into DTypes
+# --------------------------------------------------------------------------
+
+_FRAMEWORK_MODULES = ("torch", "paddle", "mlx", "tensorflow", "jax", "jaxlib")
+
+
+def as_dtype(obj: Any) -> DType:
+    """Resolve a dtype argument: a DType, its name, a Python type (``float`` is the
+    default float dtype), a NumPy or ml_dtypes dtype or type, or a framework dtype
+    such as ``torch.float32``."""
+    if type(obj) is DType:
+        return obj
+    if isinstance(obj, str):
+        found = DTYPES.get(obj)
+        if found is not None:
+            return found
+    elif obj is bool:
+        return DTYPES["bool"]
+    elif obj is int:
+        return DTYPES["int64"]
+    elif obj is float:
+        return _default_float
+    elif obj is complex:
+        return default_complex()
+    else:
+        module = getattr(type(obj), "__module__", "") or ""
+        if module.split(".")[0] in _FRAMEWORK_MODULES:
+            # torch.float32 -> "torch.float32"; tf.float32.name -> "float32".
+            name = getattr(obj, "name", None)
+            if not isinstance(name, str):
+                name = str(obj).rsplit(".", 1)[-1]
+            found = DTYPES.get(name)
+            if found is not None:
+                return found
+            raise TypeError(f"dtype {obj!r} has no DLPack equivalent")
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            np_dtype = numpy.dtype(obj)
+        except (TypeError, ValueError):
+            pass
+        else:
+            found = DTYPES.get(np_dtype.name)
+            if found is not None and np_dtype.byteorder in "=|" + _native_order():
+                return found
+            raise TypeError(f"dtype {obj!r} ({np_dtype}) has no DLPack equivalent")
+    raise TypeError(
+        f"dtype must be a tensorbridge DType, a dtype name such as 'float32', a Python "
+        f"type, or a NumPy/framework dtype; got {type(obj).__name__} {obj!r}"
+    )
+
+
+def is_dtype_like(obj: Any) -> bool:
+    """True when `as_dtype` accepts obj."""
+    try:
+        as_dtype(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _native_order() -> str:
+    return "<" if sys.byteorder == "little" else ">"

@@ -1,0 +1,355 @@
+# SPDX-License-Identifier: Apache-2.0
+"""asarray and the constructors: turning whatever a user holds into a Tensor."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tensorbridge import _core
+from tensorbridge._core import Tensor, _CopyNeeded, from_dlpack
+from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
+from tensorbridge._dtypes import (
+    DTYPES,
+    DType,
+    as_dtype,
+    default_complex,
+    get_default_dtype,
+)
+
+__all__ = ["arange", "asarray", "empty", "full", "ones", "zeros"]
+
+_CPU = Device("cpu")
+
+
+def _numpy_ops() -> Any:
+    from tensorbridge import _numpy
+
+    return _numpy
+
+
+# --------------------------------------------------------------------------
+# asarray
+# --------------------------------------------------------------------------
+
+
+def asarray(
+    obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None
+) -> Tensor:
+    """Turn ``obj`` into a Tensor, sharing its memory whenever possible.
+
+    Accepted, in this order: a Tensor; an object with ``__dlpack__``; a DLPack
+    capsule (consumed); a buffer-protocol object (byte buffers are reinterpreted as
+    ``dtype``, by default the default float dtype; typed buffers keep their type
+    and shape); a Python or NumPy scalar; a (nested) sequence of those, of 0-d
+    tensors or of DLPack objects.
+
+    Parameters
+    ----------
+    dtype : dtype-like, optional
+        The result's dtype; a different dtype than the source's means a copy.
+    device : device-like, optional
+        The result's device; data elsewhere is moved by its producer if it can.
+    copy : bool, optional
+        ``True``: always new memory. ``False``: never copy (ValueError when a copy
+        would be needed). ``None``: copy only when needed.
+
+    Raises
+    ------
+    ValueError
+        ``copy=False`` but a copy is needed; a ragged sequence; a byte buffer whose
+        length is not a whole number of elements.
+    TypeError
+        An object of a kind asarray cannot read.
+    BufferError
+        Data that cannot be moved to ``device``.
+    OverflowError
+        A Python int that does not fit int64 (with no dtype given).
+    """
+    if copy is not None and copy is not True and copy is not False:
+        raise TypeError(f"asarray(): copy must be True, False or None; got {copy!r}")
+    target_dtype = None if dtype is None else as_dtype(dtype)
+    target_device = None if device is None else as_device(device)
+
+    fresh = False  # True when `tensor` is new memory nobody else sees
+    if type(obj) is Tensor:
+        tensor = obj
+    elif _is_ml_dtypes_array(obj):
+        tensor = _from_ml_dtypes_array(obj)
+    elif hasattr(type(obj), "__dlpack__") or _core._is_capsule(obj):
+        tensor, fresh = _from_dlpack_source(obj, target_device, copy)
+    elif _core._has_buffer(obj):
+        raw_dtype = target_dtype if target_dtype is not None else get_default_dtype()
+        tensor = _core._import_buffer(obj, raw_dtype)
+    elif isinstance(obj, (bool, int, float, complex)) or _is_numpy_scalar(obj):
+        _refuse_copy_false(copy, f"a {type(obj).__name__} scalar is always copied")
+        tensor, fresh = _from_scalar(obj, target_dtype), True
+    elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        _refuse_copy_false(copy, f"a Python {type(obj).__name__} is always copied")
+        tensor, fresh = _from_sequence(obj, target_dtype), True
+    else:
+        raise TypeError(
+            f"asarray(): cannot convert {type(obj).__module__}.{type(obj).__qualname__}; "
+            "expected a tensor, a DLPack object or capsule, a buffer, a scalar or a "
+            "(nested) sequence of numbers"
+        )
+
+    if target_device is not None and tensor.device != target_device:
+        tensor = _move(tensor, target_device, copy)
+    if target_dtype is not None and tensor.dtype is not target_dtype:
+        _refuse_copy_false(copy, f"casting {tensor.dtype} to {target_dtype} needs a copy")
+        tensor, fresh = tensor.astype(target_dtype), True
+    if copy and not fresh:
+        tensor = tensor.copy()
+    return tensor
+
+
+def _refuse_copy_false(copy: bool | None, why: str) -> None:
+    if copy is False:
+        raise ValueError(f"asarray(): copy=False, but {why}")
+
+
+def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
+    """Relabel host-accessible memory as CPU; anything else cannot move here."""
+    if device == _CPU and int(tensor.device.device_type) in HOST_ACCESSIBLE:
+        return tensor.to(device)
+    _refuse_copy_false(copy, f"moving {tensor.device} data to {device} needs a copy")
+    raise BufferError(
+        f"asarray(): cannot move {tensor.device} data to {device}: its source cannot "
+        "export it there and tensorbridge does not copy between devices"
+    )
+
+
+def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None):
+    """Import a DLPack object or capsule, asking the producer for device moves."""
+    if copy is False and device is not None and not _core._is_capsule(obj):
+        source = Device(obj)  # uses __dlpack_device__
+        if source != device and not (
+            device == _CPU and int(source.device_type) in HOST_ACCESSIBLE
+        ):
+            raise ValueError(f"asarray(): copy=False, but moving {source} data to {device} "
+                             "needs a copy")
+    try:
+        tensor = from_dlpack(obj, device=device, copy=copy)
+    except _CopyNeeded as exc:
+        raise ValueError(f"asarray(): copy=False, but {type(obj).__name__} can only "
+                         "export a copy") from exc
+    return tensor, copy is True
+
+
+def _is_numpy_scalar(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(obj, numpy.generic)
+
+
+def _is_ml_dtypes_array(obj: Any) -> bool:
+    """A NumPy array of an ml_dtypes type (NumPy cannot export those over DLPack)."""
+    numpy = sys.modules.get("numpy")
+    return (
+        numpy is not None
+        and isinstance(obj, numpy.ndarray)
+        and obj.dtype.kind in "Vf"
+        and obj.dtype.name in DTYPES
+        and obj.dtype.name not in ("float16", "float32", "float64")
+    )
+
+
+def _from_ml_dtypes_array(array: Any) -> Tensor:
+    carrier = {1: "uint8", 2: "uint16"}[array.dtype.itemsize]
+    shared = from_dlpack(array.view(carrier))
+    return shared.view(DTYPES[array.dtype.name])
+
+
+def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
+    if dtype is None:
+        if _is_numpy_scalar(value):
+            return _numpy_ops().from_numpy_copy(value.__array__())
+        if isinstance(value, bool):
+            dtype = DTYPES["bool"]
+        elif isinstance(value, int):
+            dtype = DTYPES["int64"]
+            if not -(2**63) <= value < 2**63:
+                raise OverflowError(f"asarray(): the int {value} does not fit int64")
+        elif isinstance(value, float):
+            dtype = get_default_dtype()
+        else:
+            dtype = default_complex()
+    out = _core._empty((), dtype)
+    _numpy_ops()._copy_into(out, _numpy_ops().np.asarray(value))
+    return out
+
+
+def _from_sequence(obj: Any, dtype: DType | None) -> Tensor:
+    fast = _core._from_sequence(obj, dtype, get_default_dtype(), default_complex())
+    if fast is not None:
+        return fast
+    return _sequence_general(obj, dtype)
+
+
+def _sequence_general(obj: Any, dtype: DType | None) -> Tensor:
+    """Nested sequences holding NumPy scalars, tensors or DLPack objects: via NumPy."""
+    ops = _numpy_ops()
+    np = ops.np
+    converted = _convert_leaves(obj, ())
+    np_dtype = None if dtype is None else ops.numpy_dtype(dtype)
+    try:
+        array = np.asarray(converted, dtype=np_dtype)
+    except ValueError as exc:
+        position = _find_ragged(converted, ())
+        if position is not None:
+            raise ValueError(f"asarray(): ragged nested sequence: {position}") from None
+        raise ValueError(f"asarray(): {exc}") from exc
+    if dtype is None:
+        if array.dtype.kind == "f" and array.dtype.itemsize == 8 and _only_python(obj):
+            dtype = get_default_dtype()
+        else:
+            dtype = ops.dtype_of(array)
+    return ops.from_numpy_copy(array, dtype)
+
+
+def _position(pos: tuple[int, ...]) -> str:
+    return "".join(f"[{i}]" for i in pos) or "the top"
+
+
+def _convert_leaves(x: Any, pos: tuple[int, ...]) -> Any:
+    if isinstance(x, (list, tuple)):
+        return [_convert_leaves(item, (*pos, i)) for i, item in enumerate(x)]
+    if isinstance(x, (bool, int, float, complex)) or _is_numpy_scalar(x):
+        if _is_numpy_scalar(x) and x.dtype.kind not in "biufcV":
+            raise TypeError(
+                f"asarray(): the item at {_position(pos)} is a NumPy {x.dtype} scalar; "
+                "expected a number"
+            )
+        return x
+    ops = _numpy_ops()
+    if isinstance(x, ops.np.ndarray):
+        return x
+    if type(x) is Tensor or hasattr(type(x), "__dlpack__"):
+        return ops.to_numpy(asarray(x), unpack=True)
+    raise TypeError(
+        f"asarray(): the item at {_position(pos)} is {type(x).__name__} {x!r:.40}; "
+        "expected a number, a tensor or a DLPack object"
+    )
+
+
+def _shape_of(x: Any) -> tuple[int, ...] | None:
+    if isinstance(x, (list, tuple)):
+        return (len(x),)
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else ()
+
+
+def _find_ragged(x: Any, pos: tuple[int, ...]) -> str | None:
+    """Describe the first place where a nested structure stops being rectangular."""
+    if not isinstance(x, (list, tuple)) or not x:
+        return None
+    first = _full_shape(x[0])
+    for i, item in enumerate(x):
+        shape = _full_shape(item)
+        if shape != first:
+            return (
+                f"the item at {_position((*pos, i))} has shape {shape}, but the item at "
+                f"{_position((*pos, 0))} has shape {first}"
+            )
+    for i, item in enumerate(x):
+        found = _find_ragged(item, (*pos, i))
+        if found:
+            return found
+    return None
+
+
+def _full_shape(x: Any) -> tuple[int, ...]:
+    if isinstance(x, (list, tuple)):
+        return (len(x), *(_full_shape(x[0]) if x else ()))
+    return _shape_of(x) or ()
+
+
+def _only_python(x: Any) -> bool:
+    if isinstance(x, (list, tuple)):
+        return all(_only_python(item) for item in x)
+    return type(x) in (bool, int, float, complex)
+
+
+# --------------------------------------------------------------------------
+# Constructors
+# --------------------------------------------------------------------------
+
+
+def _shape_arg(api: str, shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(int(s.__index__()) for s in shape)
+    except (TypeError, AttributeError):
+        raise TypeError(f"{api}(): shape must be an int or a sequence of ints; got {shape!r}") \
+            from None
+    for d in dims:
+        if d < 0:
+            raise ValueError(f"{api}(): negative extent {d} in shape {dims}")
+    return dims
+
+
+def _cpu_only(api: str, device: Any) -> None:
+    if device is not None and as_device(device) != _CPU:
+        raise BufferError(
+            f"{api}(): tensorbridge allocates CPU memory only; cannot allocate on "
+            f"{as_device(device)}"
+        )
+
+
+def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """A new uninitialised C-contiguous tensor (64-byte aligned memory)."""
+    _cpu_only("empty", device)
+    dtype = get_default_dtype() if dtype is None else as_dtype(dtype)
+    return _core._empty(_shape_arg("empty", shape), dtype)
+
+
+def zeros(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """A new tensor of zeros."""
+    _cpu_only("zeros", device)
+    dtype = get_default_dtype() if dtype is None else as_dtype(dtype)
+    return _core._zero_fill(_core._empty(_shape_arg("zeros", shape), dtype))
+
+
+def ones(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """A new tensor of ones."""
+    return full(shape, 1, dtype=get_default_dtype() if dtype is None else dtype, device=device)
+
+
+def full(shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """A new tensor filled with ``fill_value`` (dtype inferred from it if not given)."""
+    _cpu_only("full", device)
+    dims = _shape_arg("full", shape)
+    if dtype is None:
+        value = asarray(fill_value)
+        if value.ndim != 0:
+            raise ValueError(f"full(): fill_value must be a scalar; got shape {value.shape}")
+        dtype = value.dtype
+    else:
+        dtype = as_dtype(dtype)
+    out = _core._empty(dims, dtype)
+    _numpy_ops()._copy_into(out, _numpy_ops().to_numpy(asarray(fill_value), unpack=True))
+    return out
+
+
+def arange(
+    start: Any, stop: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None
+) -> Tensor:
+    """Evenly spaced values in ``[start, stop)``: ints give int64, else the default float."""
+    _cpu_only("arange", device)
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange(): step must not be zero")
+    np = _numpy_ops().np
+    if dtype is None:
+        integral = all(
+            isinstance(v, int) or (_is_numpy_scalar(v) and v.dtype.kind in "iu")
+            for v in (start, stop, step)
+        )
+        dtype = DTYPES["int64"] if integral else get_default_dtype()
+    else:
+        dtype = as_dtype(dtype)
+    values = np.arange(start, stop, step)
+    return _numpy_ops().from_numpy_copy(values, dtype)
