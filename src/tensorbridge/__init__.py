@@ -12,8 +12,8 @@ Importing tensorbridge imports no array framework, not even NumPy.
 from tensorbridge._version import __version__
 from tensorbridge._dtypes import DType, DTYPES as _DTYPES, get_default_dtype, set_default_dtype
 from tensorbridge._devices import DLDeviceType, Device
-from tensorbridge._core import DLPACK_VERSION, Tensor, from_dlpack, to_dlpack
-from tensorbridge._creation import arange, asarray, empty, full, ones, zeros
+from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, from_dlpack, to_dlpack
+from tensorbridge._creation import arange, empty, full, ones, zeros
 
 # One module attribute per DType: tensorbridge.float32, tensorbridge.bool, ...
 globals().update(_DTYPES)

@@ -52,6 +52,7 @@ cdef extern from "_runtime.h":
     void tb_capsule_destructor_legacy(PyObject*) noexcept
     void tb_copy_to_contiguous(char* dst, const char* src, int ndim, const int64_t* shape,
                                const int64_t* byte_strides, size_t itemsize) noexcept nogil
+    void* tb_alloc(size_t nbytes) noexcept nogil
     bint tb_mul_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
     bint tb_add_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
@@ -64,9 +65,6 @@ cdef extern from "Python.h":
                        Py_ssize_t* step) except -1
     Py_ssize_t PySlice_AdjustIndices(Py_ssize_t length, Py_ssize_t* start, Py_ssize_t* stop,
                                      Py_ssize_t step) noexcept
-
-cdef extern from "<stdlib.h>" nogil:
-    int posix_memalign(void** memptr, size_t alignment, size_t size)
 
 from tensorbridge._dtypes import (
     DTYPES as _DTYPES,
@@ -102,7 +100,7 @@ cdef enum:
     OWN_LEGACY = 1        # _managed is a producer's DLManagedTensor*
     OWN_VERSIONED = 2     # _managed is a producer's DLManagedTensorVersioned*
     OWN_BUFFER = 3        # _buffer holds a Py_buffer to release
-    OWN_ALLOC = 4         # _managed is memory from posix_memalign
+    OWN_ALLOC = 4         # _managed is memory from tb_alloc (free())
 
 cdef uint64_t KNOWN_FLAGS = TB_FLAG_READ_ONLY | TB_FLAG_IS_COPIED | TB_FLAG_SUBBYTE_PADDED
 # Keep byte arithmetic far from int64 overflow.
@@ -1001,7 +999,8 @@ cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDe
     cdef int64_t nbytes = t._nbytes()
     cdef void* memory = NULL
     if nbytes > 0:
-        if posix_memalign(&memory, ALIGNMENT, <size_t>nbytes) != 0:
+        memory = tb_alloc(<size_t>nbytes)
+        if memory == NULL:
             raise MemoryError(f"cannot allocate {nbytes} bytes")
         t._managed = memory
         t._owner_kind = OWN_ALLOC
@@ -1117,19 +1116,29 @@ cdef int _apply_offset(Tensor v, int64_t elements) except -1:
     return 0
 
 
+cdef bint _is_numpy_integer(object k):
+    """A NumPy integer scalar (found through sys.modules: never imports NumPy)."""
+    numpy = _sys.modules.get("numpy")
+    return numpy is not None and isinstance(k, numpy.integer)
+
+
 cdef bint _is_basic_key(tuple key):
+    """True when every entry indexes "basically" (a view), as NumPy defines it:
+    ints (and NumPy integer scalars, and 0-d integer Tensors), slices, Ellipsis and
+    None. Booleans, sequences and arrays make the key advanced (a copy)."""
     for k in key:
-        if k is None or k is Ellipsis or type(k) is slice:
+        if k is None or k is Ellipsis or type(k) is slice or type(k) is int:
             continue
-        if type(k) is int:
-            continue
-        if isinstance(k, (bool, list, tuple, Tensor)) or hasattr(k, "__array_interface__") \
-                or hasattr(k, "__dlpack__") or hasattr(k, "__array__"):
-            # NumPy semantics: booleans and arrays index "advanced", except
-            # that 0-d integer arrays act as integers.
-            if type(k) is Tensor and (<Tensor>k)._ndim == 0 and \
-                    (<Tensor>k)._dtype.code in (kDLInt, kDLUInt):
+        if type(k) is Tensor:
+            if (<Tensor>k)._ndim == 0 and (<Tensor>k)._dtype.code in (kDLInt, kDLUInt):
                 continue
+            return False
+        if type(k) is bool or isinstance(k, (list, tuple)):
+            return False
+        if _is_numpy_integer(k):
+            continue
+        if hasattr(k, "__array_interface__") or hasattr(k, "__dlpack__") \
+                or hasattr(k, "__array__"):
             return False
         if not hasattr(k, "__index__"):
             raise IndexError(
@@ -1962,6 +1971,31 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     if PyCapsule_CheckExact(x):
         return _from_capsule_arg(x, device, copy, stream)
     return _from_producer(x, device, copy, stream)
+
+
+cdef object _asarray_general = None
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    """Turn ``obj`` into a Tensor, sharing its memory whenever possible.
+
+    See :func:`tensorbridge._creation.asarray` for the full rules; this compiled
+    front door answers the common calls (a Tensor, a NumPy array, nothing else
+    asked) without entering the Python layer.
+    """
+    global _asarray_general
+    if dtype is None and device is None and copy is None:
+        if type(obj) is Tensor:
+            return obj
+        if _is_ndarray(obj):
+            try:
+                return _from_producer(obj, None, None, None)
+            except BufferError:
+                pass  # e.g. ml_dtypes arrays, which NumPy cannot export: the general path
+    if _asarray_general is None:
+        from tensorbridge._creation import asarray as general
+        _asarray_general = general
+    return _asarray_general(obj, dtype=dtype, device=device, copy=copy)
 
 
 def to_dlpack(tensor, /):

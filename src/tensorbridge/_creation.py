@@ -9,6 +9,7 @@ from typing import Any
 
 from tensorbridge import _core
 from tensorbridge._core import Tensor, _CopyNeeded, from_dlpack
+from tensorbridge._core import asarray as _asarray
 from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
 from tensorbridge._dtypes import (
     DTYPES,
@@ -19,6 +20,9 @@ from tensorbridge._dtypes import (
 )
 
 __all__ = ["arange", "asarray", "empty", "full", "ones", "zeros"]
+
+# The public tensorbridge.asarray is the compiled front door in _core, which
+# calls asarray below for everything but its fast cases.
 
 _CPU = Device("cpu")
 
@@ -79,12 +83,14 @@ def asarray(
         tensor = _from_ml_dtypes_array(obj)
     elif hasattr(type(obj), "__dlpack__") or _core._is_capsule(obj):
         tensor, fresh = _from_dlpack_source(obj, target_device, copy)
+    elif isinstance(obj, (bool, int, float, complex)) or _is_numpy_scalar(obj):
+        # (NumPy scalars also export the buffer protocol, read-only: they are
+        # values, so they become new tensors like Python scalars.)
+        _refuse_copy_false(copy, f"a {type(obj).__name__} scalar is always copied")
+        tensor, fresh = _from_scalar(obj, target_dtype), True
     elif _core._has_buffer(obj):
         raw_dtype = target_dtype if target_dtype is not None else get_default_dtype()
         tensor = _core._import_buffer(obj, raw_dtype)
-    elif isinstance(obj, (bool, int, float, complex)) or _is_numpy_scalar(obj):
-        _refuse_copy_false(copy, f"a {type(obj).__name__} scalar is always copied")
-        tensor, fresh = _from_scalar(obj, target_dtype), True
     elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
         _refuse_copy_false(copy, f"a Python {type(obj).__name__} is always copied")
         tensor, fresh = _from_sequence(obj, target_dtype), True
@@ -175,6 +181,9 @@ def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
             dtype = get_default_dtype()
         else:
             dtype = default_complex()
+    fast = _core._from_sequence([value], dtype, get_default_dtype(), default_complex())
+    if fast is not None:
+        return fast.reshape(())
     out = _core._empty((), dtype)
     _numpy_ops()._copy_into(out, _numpy_ops().np.asarray(value))
     return out
@@ -226,7 +235,7 @@ def _convert_leaves(x: Any, pos: tuple[int, ...]) -> Any:
     if isinstance(x, ops.np.ndarray):
         return x
     if type(x) is Tensor or hasattr(type(x), "__dlpack__"):
-        return ops.to_numpy(asarray(x), unpack=True)
+        return ops.to_numpy(_asarray(x), unpack=True)
     raise TypeError(
         f"asarray(): the item at {_position(pos)} is {type(x).__name__} {x!r:.40}; "
         "expected a number, a tensor or a DLPack object"
@@ -322,14 +331,14 @@ def full(shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) 
     _cpu_only("full", device)
     dims = _shape_arg("full", shape)
     if dtype is None:
-        value = asarray(fill_value)
+        value = _asarray(fill_value)
         if value.ndim != 0:
             raise ValueError(f"full(): fill_value must be a scalar; got shape {value.shape}")
         dtype = value.dtype
     else:
         dtype = as_dtype(dtype)
     out = _core._empty(dims, dtype)
-    _numpy_ops()._copy_into(out, _numpy_ops().to_numpy(asarray(fill_value), unpack=True))
+    _numpy_ops()._copy_into(out, _numpy_ops().to_numpy(_asarray(fill_value), unpack=True))
     return out
 
 

@@ -19,6 +19,9 @@
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "_dlpack.h"
 
@@ -78,6 +81,21 @@ static void tb_capsule_destructor_legacy(PyObject *capsule) {
     managed->deleter(managed);
   }
   PyErr_Restore(type, value, tb);
+}
+
+/* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); blocks
+ * of 4 MiB or more are 2 MiB aligned and, where the kernel supports it, backed by
+ * transparent huge pages, so first writes fault 512 times less often (NumPy
+ * does the same). Free with free(). Returns NULL when out of memory. */
+static void *tb_alloc(size_t nbytes) {
+  void *memory = NULL;
+  const size_t huge = (size_t)1 << 21;
+  int large = nbytes >= ((size_t)1 << 22);
+  if (posix_memalign(&memory, large ? huge : 64, nbytes) != 0) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (large) madvise(memory, nbytes & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+  return memory;
 }
 
 /* a * b into *out; nonzero when the product overflows int64. */
