@@ -328,7 +328,8 @@ BAD_FIELDS = {
     "device type 99": (dict(device=(99, 0)), "device_type 99"),
     "device id": (dict(device=(2, -1)), "device_id is -1"),
     "huge shape": (dict(shape=(2**40, 2**40), strides=(1, 1)), "too many elements"),
-    "huge stride": (dict(shape=(4,), strides=(2**61,)), "span more memory"),
+    "huge span": (dict(shape=(2**20,), strides=(2**41,)), "span more memory"),
+    "absurd stride": (dict(shape=(4,), strides=(2**61,)), r"strides\[0\] is 2305843009213693952; out"),
     "packed fp4 strided": (
         dict(dtype=(17, 4, 1), shape=(4,), strides=(2,)),
         "bit-packed float4_e2m1fn data must be C-contiguous",

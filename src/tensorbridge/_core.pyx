@@ -57,6 +57,7 @@ cdef extern from "_runtime.h":
     bint tb_add_overflow(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
 cdef extern from "Python.h":
+    unsigned long Py_TPFLAGS_HEAPTYPE
     ctypedef struct Py_complex:
         double real
         double imag
@@ -227,6 +228,8 @@ cdef class Tensor:
 
     cdef int _set_ndim(self, int ndim) except -1:
         cdef int64_t* block
+        if ndim < 0 or ndim > TB_MAX_NDIM:
+            raise ValueError(f"a tensor has 0 to {TB_MAX_NDIM} dimensions; got {ndim}")
         if ndim > TB_INLINE_NDIM:
             block = <int64_t*>PyMem_Malloc(2 * ndim * sizeof(int64_t))
             if block == NULL:
@@ -879,15 +882,23 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
                 f"from_dlpack(): DLTensor.shape[{i}] is {extent}; extents must be >= 0")
         t._shape[i] = extent
         overflow |= tb_mul_overflow(size, extent, &size)
+    cdef int64_t item = _itemsize(dt)
     if ndim > 0 and dl.strides == NULL:
-        # Legacy and pre-1.2 producers: NULL strides mean C order.
+        # Legacy and pre-1.2 producers: NULL strides mean C order (overflow is
+        # caught by the size check below; saturate until then).
         step = 1
         for i in range(ndim - 1, -1, -1):
             t._strides[i] = step
-            step *= t._shape[i] if t._shape[i] > 0 else 1
-    else:
+            if tb_mul_overflow(step, t._shape[i] if t._shape[i] > 0 else 1, &step):
+                step = BYTE_LIMIT + 1
+    elif ndim > 0:
         memcpy(t._strides, dl.strides, ndim * sizeof(int64_t))
-    cdef int64_t item = _itemsize(dt)
+    for i in range(ndim):
+        # Every stride, also of extent-1 and empty dimensions, must stay far from
+        # overflow once multiplied by the itemsize (views and exports do that).
+        if t._strides[i] > BYTE_LIMIT // item or t._strides[i] < -(BYTE_LIMIT // item):
+            raise BufferError(
+                f"from_dlpack(): DLTensor.strides[{i}] is {t._strides[i]}; out of range")
     for i in range(ndim):
         if t._shape[i] == 0:   # empty, however large the other extents
             size = 0
@@ -982,21 +993,37 @@ cdef object _export_capsule(Tensor t, bint versioned, uint64_t extra_flags, DLDe
 # Copies and views
 # --------------------------------------------------------------------------
 
-cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDevice device):
-    """A new C-contiguous tensor backed by 64-byte aligned memory of ours."""
+cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDevice device,
+                          uint64_t flags):
+    """A new C-contiguous tensor backed by 64-byte aligned memory of ours.
+
+    flags (SUBBYTE_PADDED) are set before the size is computed: they decide it."""
     cdef Tensor t = _new_tensor()
     t._set_ndim(ndim)
-    cdef int64_t size = 1, step = 1
+    cdef int64_t size = 1, step = 1, nbytes
+    cdef bint overflow = False
     cdef int i
     for i in range(ndim):
+        if shape[i] < 0:
+            raise ValueError(f"negative extent {shape[i]} in a shape")
         t._shape[i] = shape[i]
-        size *= shape[i]
+        overflow |= tb_mul_overflow(size, shape[i], &size)
+    for i in range(ndim):
+        if shape[i] == 0:
+            size = 0
+            overflow = False
+    t._dtype = dtype
+    t._device = device
+    t._flags = flags
+    if overflow or tb_mul_overflow(size, <int64_t>_itemsize(dtype), &nbytes) \
+            or nbytes > BYTE_LIMIT:
+        raise ValueError(
+            f"a tensor of shape {t.shape} and dtype {_dtype_obj(dtype)} does not fit a 64-bit "
+            "address space")
     for i in range(ndim - 1, -1, -1):
         t._strides[i] = step
         step *= shape[i] if shape[i] > 0 else 1
-    t._dtype = dtype
-    t._device = device
-    cdef int64_t nbytes = t._nbytes()
+    nbytes = t._nbytes()
     cdef void* memory = NULL
     if nbytes > 0:
         memory = tb_alloc(<size_t>nbytes)
@@ -1010,8 +1037,11 @@ cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDe
 
 cdef Tensor _copy_contiguous(Tensor src, DLDevice device):
     """A private C-contiguous copy of host-accessible memory."""
-    cdef Tensor out = _alloc_tensor(src._ndim, src._shape, src._dtype, device)
-    out._flags = src._flags & TB_FLAG_SUBBYTE_PADDED
+    if not _host_accessible(src._device.device_type):
+        raise BufferError(
+            f"cannot copy {_dev_str(src._device)} memory: the CPU cannot read it")
+    cdef Tensor out = _alloc_tensor(src._ndim, src._shape, src._dtype, device,
+                                    src._flags & TB_FLAG_SUBBYTE_PADDED)
     cdef int64_t nbytes = src._nbytes()
     cdef int64_t byte_strides[64]
     cdef size_t item = _itemsize(src._dtype)
@@ -1064,11 +1094,17 @@ cdef object _resolve_dtype_obj(object dtype):
     return _as_dtype(dtype)
 
 
-cdef DLDataType _dl_dtype(object dtype):
+cdef DLDataType _dl_dtype(object dtype) except *:
+    """The DLDataType of one of tensorbridge's own DType objects."""
     cdef DLDataType dt
-    dt.code = dtype.code
-    dt.bits = dtype.bits
+    code, bits = dtype.code, dtype.bits
+    if not (0 <= code < 18 and 0 < bits <= 128):
+        raise TypeError(f"{dtype!r} is not a tensorbridge dtype")
+    dt.code = code
+    dt.bits = bits
     dt.lanes = 1
+    if not _dtype_known(dt) or <PyObject*>dtype != _dtype_table[dt.code][dt.bits]:
+        raise TypeError(f"{dtype!r} is not a tensorbridge dtype")
     return dt
 
 
@@ -1149,7 +1185,8 @@ cdef bint _is_basic_key(tuple key):
 
 cdef Tensor _index_int(Tensor t, int64_t i):
     cdef Tensor v = _view(t)
-    _apply_offset(v, i * t._strides[0])
+    if t._size() > 0:
+        _apply_offset(v, i * t._strides[0])
     v._set_ndim(t._ndim - 1)
     memcpy(v._shape, t._shape + 1, (t._ndim - 1) * sizeof(int64_t))
     memcpy(v._strides, t._strides + 1, (t._ndim - 1) * sizeof(int64_t))
@@ -1198,7 +1235,10 @@ cdef Tensor _basic_index(Tensor t, tuple key):
             if n >= TB_MAX_NDIM:
                 raise IndexError(f"the result would have more than {TB_MAX_NDIM} dimensions")
             new_shape[n] = length
-            new_strides[n] = t._strides[d] * step
+            if tb_mul_overflow(t._strides[d], step, &new_strides[n]) or \
+                    new_strides[n] > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
+                    new_strides[n] < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
+                raise IndexError(f"slice step {step} is too large for dimension {d}")
             if length > 0:
                 offset += start * t._strides[d]
             n += 1
@@ -1366,20 +1406,16 @@ def _empty(shape, dtype, device=None):
     cdef int n = len(shape), i
     if n > TB_MAX_NDIM:
         raise ValueError(f"at most {TB_MAX_NDIM} dimensions; got {n}")
-    cdef int64_t size = 1
     for i in range(n):
         dims[i] = shape[i]
         if dims[i] < 0:
             raise ValueError(f"negative extent {dims[i]} in shape {tuple(shape)}")
-        if tb_mul_overflow(size, dims[i], &size) or size > BYTE_LIMIT:
-            raise ValueError(f"shape {tuple(shape)} has too many elements")
     cdef DLDevice dev
     dev.device_type = kDLCPU
     dev.device_id = 0
-    cdef Tensor t = _alloc_tensor(n, dims, _dl_dtype(dtype), dev)
-    if dtype.bits < 8:
-        t._flags |= TB_FLAG_SUBBYTE_PADDED    # one element per byte
-    return t
+    cdef DLDataType dt = _dl_dtype(dtype)
+    # Sub-byte types: one element per byte in memory of ours.
+    return _alloc_tensor(n, dims, dt, dev, TB_FLAG_SUBBYTE_PADDED if dt.bits < 8 else 0)
 
 
 def _zero_fill(Tensor t):
@@ -1398,6 +1434,17 @@ def _set_readonly(Tensor t, bint readonly):
         v._flags |= TB_FLAG_READ_ONLY
     else:
         v._flags &= ~TB_FLAG_READ_ONLY
+    return v
+
+
+def _fold_offset(Tensor t):
+    """A view with byte_offset 0 and the offset moved into the data pointer
+    (for consumers that ignore or refuse byte_offset; pointer devices only)."""
+    if t._byte_offset == 0:
+        return t
+    cdef Tensor v = _view(t)
+    v._data = <char*>t._data + t._byte_offset
+    v._byte_offset = 0
     return v
 
 
@@ -1475,8 +1522,10 @@ def _import_buffer(obj, raw_dtype):
         raise BufferError("asarray(): buffers with suboffsets (PIL-style) are not supported")
     if view.ndim > TB_MAX_NDIM:
         raise BufferError(f"asarray(): the buffer has {view.ndim} dimensions; at most 64")
+    if view.itemsize < 1 or view.itemsize > 16:
+        raise BufferError(f"asarray(): unsupported buffer itemsize {view.itemsize}")
     cdef const char* fmt = view.format
-    cdef bint raw = (fmt == NULL or strcmp(fmt, "B") == 0 or strcmp(fmt, "b") == 0
+    cdef bint raw = view.itemsize == 1 and (fmt == NULL or strcmp(fmt, "B") == 0 or strcmp(fmt, "b") == 0
                      or strcmp(fmt, "c") == 0) and view.ndim == 1 and (
                          view.strides == NULL or view.strides[0] == 1)
     cdef int i
@@ -1546,8 +1595,10 @@ def _reinterpret(Tensor raw, dtype, tuple shape, bint packed):
         v._flags |= TB_FLAG_SUBBYTE_PADDED
     else:
         v._flags &= ~TB_FLAG_SUBBYTE_PADDED
-    cdef int64_t step = 1
+    cdef int64_t step = 1, size = 1
     for i in range(n):
+        if shape[i] < 0 or tb_mul_overflow(size, shape[i], &size) or size > BYTE_LIMIT:
+            raise ValueError(f"invalid shape {shape} for {raw._nbytes()} bytes")
         v._shape[i] = shape[i]
     for i in range(n - 1, -1, -1):
         v._strides[i] = step
@@ -1620,18 +1671,30 @@ cdef int _scan(object x, int depth, int ndim, int64_t* shape, int64_t* index) ex
     return kinds
 
 
-cdef char* _fill_seq(object x, int depth, int ndim, char* out, DLDataType dt,
-                     int64_t* index) except NULL:
-    cdef Py_ssize_t i, n = len(x)
+cdef char* _fill_seq(object x, int depth, int ndim, const int64_t* shape, char* out,
+                     DLDataType dt, int64_t* index) except NULL:
+    """Write the leaves of x (checked by _scan) into out, in C order.
+
+    The structure is checked again as it is read: the allocation between scan and
+    fill can run Python code (a GC callback, __del__) that mutates the lists, and
+    nothing but exact Python scalars is read, so no user code runs during the fill.
+    """
+    cdef Py_ssize_t i, n
     cdef object item
     cdef double value
     cdef Py_complex z
+    if (type(x) is not list and type(x) is not tuple) or len(x) != shape[depth]:
+        raise ValueError("asarray(): a sequence changed while it was being read")
+    n = len(x)
     for i in range(n):
         item = x[i]
         index[depth] = i
         if depth + 1 < ndim:
-            out = _fill_seq(item, depth + 1, ndim, out, dt, index)
+            out = _fill_seq(item, depth + 1, ndim, shape, out, dt, index)
             continue
+        if type(item) is not float and type(item) is not int and type(item) is not bool \
+                and type(item) is not complex:
+            raise ValueError("asarray(): a sequence changed while it was being read")
         if dt.code == kDLFloat:
             value = <double>item if type(item) is not bool else (1.0 if item else 0.0)
             if dt.bits == 64:
@@ -1700,7 +1763,7 @@ def _from_sequence(obj, dtype, default_float, default_complex):
         return None
     cdef Tensor t = _empty([shape[i] for i in range(ndim)], dtype)
     if t._size() > 0:
-        _fill_seq(obj, 0, ndim, <char*>t._data, t._dtype, index)
+        _fill_seq(obj, 0, ndim, shape, <char*>t._data, t._dtype, index)
     return t
 
 # --------------------------------------------------------------------------
@@ -1813,7 +1876,8 @@ cdef inline bint _is_ndarray(object x) noexcept:
     cdef PyTypeObject* tp = Py_TYPE(x)
     if tp == _ndarray_type:
         return True
-    if _ndarray_type == NULL and strcmp(tp.tp_name, "numpy.ndarray") == 0:
+    if _ndarray_type == NULL and strcmp(tp.tp_name, "numpy.ndarray") == 0 and \
+            not (tp.tp_flags & Py_TPFLAGS_HEAPTYPE):   # NumPy's is a static type
         _ndarray_type = tp
         return True
     return False

@@ -175,6 +175,8 @@ def as_dtype(obj: Any) -> DType:
     default float dtype), a NumPy or ml_dtypes dtype or type, or a framework dtype
     such as ``torch.float32``."""
     if type(obj) is DType:
+        if DTYPES.get(obj.name) is not obj:
+            raise TypeError(f"{obj!r} is not one of tensorbridge's dtypes")
         return obj
     if isinstance(obj, str):
         found = DTYPES.get(obj)

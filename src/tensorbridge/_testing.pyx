@@ -108,6 +108,8 @@ def make_capsule(data=0, *, shape=(), strides=None, dtype=(2, 32, 1), device=(1,
         PyBuffer_Release(&view)
         keepalive.append(data)
     shape = tuple(shape)
+    if strides is not None and len(strides) != len(shape):
+        raise ValueError(f"strides {strides} must have one entry per dimension of {shape}")
     cdef int n = len(shape)
     cdef int nd = n if ndim is None else ndim
     cdef size_t head = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)

@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Regressions for memory-safety bugs found by an ASan/UBSan review of the core.
+
+Each case once wrote or read outside an allocation (or dereferenced NULL). Under a
+plain build some would only corrupt the heap silently, so the tests check the
+precise error or the exact bytes; run them under ASan to see the memory side.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from producers import Producer, capsule_of
+
+import tensorbridge as tb
+from tensorbridge import _core, _testing
+
+
+@pytest.mark.parametrize("name", ["float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"])
+def test_subbyte_allocations_hold_one_byte_per_element(name):
+    t = tb.zeros(64, dtype=name)
+    assert t.nbytes == 64
+    assert bytes(t.view("uint8").numpy()) == bytes(64)
+    raw = bytes(range(100))
+    u = tb.asarray(bytearray(raw), dtype=name).copy()
+    assert u.nbytes == 100
+    assert bytes(u.view("uint8").numpy()) == raw
+
+
+def test_allocation_byte_count_overflow():
+    with pytest.raises(ValueError, match="does not fit a 64-bit address space"):
+        tb.empty((2**60 + 1,), dtype=tb.complex128)
+    with pytest.raises(ValueError, match="does not fit a 64-bit address space"):
+        tb.empty((2**40, 2**40))
+
+
+def test_sequence_mutated_between_scan_and_fill():
+    inner = [1.0] * 4
+    data = [inner, [2.0] * 4]
+    armed = [True]
+
+    def grow(phase, info):
+        if phase == "start" and armed[0]:
+            armed[0] = False
+            inner.extend([3.0] * 10_000)
+
+    gc.collect()
+    gc.callbacks.append(grow)
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # every allocation may collect, and so run the callback
+    try:
+        _core._from_sequence(data, None, tb.float32, tb.complex64)
+    except ValueError as exc:
+        assert "changed while it was being read" in str(exc)
+    else:
+        # The callback ran before the scan; then the data is simply larger.
+        assert armed[0] is False
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(grow)
+
+
+def test_forged_dtypes_are_refused():
+    forged = tb.DType("float8_forged", 2, 8, "float")
+    t = tb.asarray([1.0, 2.0])
+    with pytest.raises(TypeError, match="not one of tensorbridge's dtypes"):
+        t.view(forged)
+    with pytest.raises(TypeError, match="not one of tensorbridge's dtypes"):
+        tb.asarray(bytearray(8), dtype=tb.DType("z", 2, 0, "float"))
+    with pytest.raises(TypeError, match="not a tensorbridge dtype"):
+        _core._empty((2,), tb.DType("wide", 250, 8, "float"))
+
+
+def test_copy_true_from_a_producer_that_lies_about_its_device():
+    capsule, _ = _testing.make_capsule(0x1000, shape=(4,), strides=(1,), device=(2, 0))
+    liar = Producer(lambda **kw: capsule, device=(1, 0))  # says CPU, exports CUDA
+    with pytest.raises(BufferError, match="cannot copy cuda:0 memory"):
+        tb.from_dlpack(liar, copy=True)
+
+
+def test_pickle_rebuild_validates_the_shape():
+    from tensorbridge._numpy import _rebuild
+
+    with pytest.raises(ValueError, match="0 to 64 dimensions"):
+        _rebuild(b"\0" * 4, (2, *(1,) * 98, 2), "uint8", False)
+    with pytest.raises(ValueError, match="invalid shape"):
+        _rebuild(b"\0" * 8, (-2, -4), "uint8", False)
+
+
+def test_stride_products_cannot_overflow():
+    t = tb.asarray(np.arange(8.0))
+    with pytest.raises(IndexError, match="slice step .* is too large"):
+        t[:: 2**62]
+    a = np.zeros(2)
+    capsule, _ = capsule_of(a, shape=(1, 2), strides=(-(2**63), 1))
+    with pytest.raises(BufferError, match=r"strides\[0\] is -9223372036854775808; out of range"):
+        tb.from_dlpack(capsule)
+    capsule, _ = capsule_of(a, shape=(0, 2), strides=(2**62, 1))
+    with pytest.raises(BufferError, match=r"strides\[0\] is 4611686018427387904; out of range"):
+        tb.from_dlpack(capsule)
+
+
+def test_index_into_an_empty_tensor_keeps_the_pointer():
+    t = tb.zeros((3, 0))
+    assert t[2].data_ptr() == t.data_ptr()
+
+
+def test_testing_capsules_need_matching_strides():
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        _testing.make_capsule(0, shape=(2,), strides=(1, 1, 1))
+
+
+def test_heap_type_named_like_numpy_is_not_numpy():
+    # Only NumPy's static ndarray type skips __dlpack_device__; a class that merely
+    # calls itself "numpy.ndarray" is asked, and so gets the stream a GPU needs.
+    from producers import fake_device_producer
+
+    p = fake_device_producer((2, 0))
+
+    class Impostor(type(p)):
+        pass
+
+    Impostor.__name__ = "numpy.ndarray"
+    p.__class__ = Impostor
+    tb.from_dlpack(p)
+    assert p.calls == [{"max_version": (1, 3), "stream": 1}]
+    a = np.arange(3.0)
+    assert tb.from_dlpack(a).data_ptr() == a.ctypes.data
