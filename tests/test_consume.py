@@ -328,6 +328,7 @@ BAD_FIELDS = {
     "device type 99": (dict(device=(99, 0)), "device_type 99"),
     "device id": (dict(device=(2, -1)), "device_id is -1"),
     "huge shape": (dict(shape=(2**40, 2**40), strides=(1, 1)), "too many elements"),
+    "huge byte_offset": (dict(byte_offset=2**63 - 1), "byte_offset 9223372036854775807 is out"),
     "huge span": (dict(shape=(2**20,), strides=(2**41,)), "span more memory"),
     "absurd stride": (dict(shape=(4,), strides=(2**61,)), r"strides\[0\] is 2305843009213693952; out"),
     "packed fp4 strided": (
@@ -443,10 +444,17 @@ def test_size_zero_with_null_data():
     assert memoryview(t).shape == (0, 3)
 
 
-def test_size_zero_with_huge_other_extents():
+def test_size_zero_extents_must_still_fit():
+    # NumPy's rule (PyTorch's too): the non-zero extents must fit the address space.
     capsule, _ = _testing.make_capsule(0, shape=(2**40, 2**40, 0), strides=(1, 1, 1))
+    with pytest.raises(BufferError, match=r"shape \(1099511627776, 1099511627776, 0\) has too"):
+        tb.from_dlpack(capsule)
+
+
+def test_size_zero_strides_are_normalised():
+    capsule, _ = _testing.make_capsule(0, shape=(3, 0, 5), strides=(2**61, -7, 0))
     t = tb.from_dlpack(capsule)
-    assert t.size == 0 and t.shape == (2**40, 2**40, 0)
+    assert t.shape == (3, 0, 5) and t.strides == (5, 5, 1)
 
 
 def test_zero_d_with_null_shape_and_strides():

@@ -254,13 +254,17 @@ cdef class Tensor:
         cdef int64_t n = 1
         cdef int i
         for i in range(self._ndim):
-            n *= self._shape[i]
+            if self._shape[i] == 0:
+                return 0
+        for i in range(self._ndim):
+            n *= self._shape[i]     # bounded by _check_layout for every tensor
         return n
 
     cdef int64_t _nbytes(self) noexcept:
         cdef int64_t n = self._size()
-        if self._dtype.bits < 8 and not (self._flags & TB_FLAG_SUBBYTE_PADDED):
-            return (n * self._dtype.bits + 7) // 8
+        cdef int64_t bits = self._dtype.bits
+        if bits < 8 and not (self._flags & TB_FLAG_SUBBYTE_PADDED):
+            return n // 8 * bits + ((n % 8) * bits + 7) // 8   # packed, without overflow
         return n * <int64_t>_itemsize(self._dtype)
 
     cdef bint _c_contiguous(self) noexcept:
@@ -501,7 +505,7 @@ cdef class Tensor:
         strides allow it, otherwise a copy (CPU-accessible memory only)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        cdef list dims = _resolve_shape(shape, self._size())
+        cdef list dims = _resolve_shape(shape, self._size(), _itemsize(self._dtype))
         cdef Tensor v = _reshape_view(self, dims)
         if v is not None:
             return v
@@ -848,6 +852,49 @@ cdef str _dtype_error(DLDataType dt):
             "DLPack 1.3 defines codes 0 to 17")
 
 
+cdef int _check_layout(Tensor t, str api, str field) except -1:
+    """Bound what a tensor describes, whatever made it (an import, a buffer, a
+    pickle): extents >= 0; the non-zero extents times the itemsize within 2**62
+    bytes (NumPy's rule, so even empty tensors have bounded extents); every stride
+    times the itemsize within it; the span between the first and last element within
+    it; byte_offset within it. Empty tensors get C-order strides (theirs mean
+    nothing). After this no index, offset or stride arithmetic can overflow."""
+    cdef int i
+    cdef int64_t item = _itemsize(t._dtype), count = 1, span = 0, step, stride
+    cdef bint empty = False
+    for i in range(t._ndim):
+        if t._shape[i] < 0:
+            raise BufferError(
+                f"{api}: {field}.shape[{i}] is {t._shape[i]}; extents must be >= 0")
+        if t._shape[i] == 0:
+            empty = True
+        elif tb_mul_overflow(count, t._shape[i], &count) or count > BYTE_LIMIT // item:
+            raise BufferError(
+                f"{api}: {field}.shape {t.shape} has too many elements for a 64-bit "
+                "address space")
+    if t._byte_offset > <uint64_t>BYTE_LIMIT:
+        raise BufferError(f"{api}: {field}.byte_offset {t._byte_offset} is out of range")
+    if empty:
+        step = 1
+        for i in range(t._ndim - 1, -1, -1):
+            t._strides[i] = step
+            step *= t._shape[i] if t._shape[i] > 0 else 1
+        t._strides_tuple = None
+        return 0
+    for i in range(t._ndim):
+        stride = t._strides[i]
+        if stride > BYTE_LIMIT // item or stride < -(BYTE_LIMIT // item):
+            raise BufferError(f"{api}: {field}.strides[{i}] is {stride}; out of range")
+        if t._shape[i] > 1:
+            if (tb_mul_overflow(stride if stride >= 0 else -stride, (t._shape[i] - 1) * item,
+                                &step)
+                    or tb_add_overflow(span, step, &span) or span > BYTE_LIMIT):
+                raise BufferError(
+                    f"{api}: {field}.strides {t.strides} with shape {t.shape} span more "
+                    "memory than a 64-bit address space")
+    return 0
+
+
 cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
     """Validate a producer's DLTensor and copy its description into t."""
     cdef int ndim = dl.ndim
@@ -874,18 +921,11 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
     if ndim > 0 and dl.shape == NULL:
         raise BufferError(f"from_dlpack(): DLTensor.shape is NULL but ndim is {ndim}")
     t._set_ndim(ndim)
-    cdef bint overflow = False
     for i in range(ndim):
-        extent = dl.shape[i]
-        if extent < 0:
-            raise BufferError(
-                f"from_dlpack(): DLTensor.shape[{i}] is {extent}; extents must be >= 0")
-        t._shape[i] = extent
-        overflow |= tb_mul_overflow(size, extent, &size)
-    cdef int64_t item = _itemsize(dt)
+        t._shape[i] = dl.shape[i]
     if ndim > 0 and dl.strides == NULL:
-        # Legacy and pre-1.2 producers: NULL strides mean C order (overflow is
-        # caught by the size check below; saturate until then).
+        # Legacy and pre-1.2 producers: NULL strides mean C order (saturating, so
+        # the layout check reports a shape that is too large rather than overflow).
         step = 1
         for i in range(ndim - 1, -1, -1):
             t._strides[i] = step
@@ -893,34 +933,13 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
                 step = BYTE_LIMIT + 1
     elif ndim > 0:
         memcpy(t._strides, dl.strides, ndim * sizeof(int64_t))
-    for i in range(ndim):
-        # Every stride, also of extent-1 and empty dimensions, must stay far from
-        # overflow once multiplied by the itemsize (views and exports do that).
-        if t._strides[i] > BYTE_LIMIT // item or t._strides[i] < -(BYTE_LIMIT // item):
-            raise BufferError(
-                f"from_dlpack(): DLTensor.strides[{i}] is {t._strides[i]}; out of range")
-    for i in range(ndim):
-        if t._shape[i] == 0:   # empty, however large the other extents
-            size = 0
-            overflow = False
-    if size != 0 or overflow:
-        if overflow or tb_mul_overflow(size, item, &extent) or extent > BYTE_LIMIT:
-            raise BufferError(
-                f"from_dlpack(): DLTensor.shape {t.shape} has too many elements "
-                f"for a 64-bit address space")
-        if dl.data == NULL:
-            raise BufferError(
-                f"from_dlpack(): DLTensor.data is NULL but the tensor has {size} elements")
-        # The bytes between the lowest and the highest element must fit too.
-        for i in range(ndim):
-            stride = t._strides[i]
-            if stride < 0:
-                stride = BYTE_LIMIT + 1 if stride < -BYTE_LIMIT else -stride
-            if (tb_mul_overflow(stride, (t._shape[i] - 1) * item, &step)
-                    or tb_add_overflow(span, step, &span) or span > BYTE_LIMIT):
-                raise BufferError(
-                    f"from_dlpack(): DLTensor.strides {t.strides} with shape {t.shape} "
-                    "span more memory than a 64-bit address space")
+    t._dtype = dt
+    t._byte_offset = dl.byte_offset
+    _check_layout(t, "from_dlpack()", "DLTensor")
+    size = t._size()
+    if size > 0 and dl.data == NULL:
+        raise BufferError(
+            f"from_dlpack(): DLTensor.data is NULL but the tensor has {size} elements")
     t._data = dl.data
     t._byte_offset = dl.byte_offset
     t._device = dl.device
@@ -1007,11 +1026,8 @@ cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDe
         if shape[i] < 0:
             raise ValueError(f"negative extent {shape[i]} in a shape")
         t._shape[i] = shape[i]
-        overflow |= tb_mul_overflow(size, shape[i], &size)
-    for i in range(ndim):
-        if shape[i] == 0:
-            size = 0
-            overflow = False
+        if shape[i] != 0:   # NumPy's rule: the non-zero extents must fit too
+            overflow |= tb_mul_overflow(size, shape[i], &size)
     t._dtype = dtype
     t._device = device
     t._flags = flags
@@ -1209,7 +1225,8 @@ cdef Tensor _basic_index(Tensor t, tuple key):
     cdef int64_t new_shape[TB_MAX_NDIM]
     cdef int64_t new_strides[TB_MAX_NDIM]
     cdef int n = 0, d = 0, j
-    cdef int64_t offset = 0, extent, index
+    cdef int64_t offset = 0, extent, index, term
+    cdef bint overflow = False
     cdef Py_ssize_t start, stop, step, length
     for k in key:
         if k is None:
@@ -1240,7 +1257,8 @@ cdef Tensor _basic_index(Tensor t, tuple key):
                     new_strides[n] < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
                 raise IndexError(f"slice step {step} is too large for dimension {d}")
             if length > 0:
-                offset += start * t._strides[d]
+                overflow |= tb_mul_overflow(start, t._strides[d], &term) or \
+                    tb_add_overflow(offset, term, &offset)
             n += 1
             d += 1
         else:
@@ -1251,7 +1269,8 @@ cdef Tensor _basic_index(Tensor t, tuple key):
                     f"index {index} is out of bounds for dimension {d} with size {extent}")
             if index < 0:
                 index += extent
-            offset += index * t._strides[d]
+            overflow |= tb_mul_overflow(index, t._strides[d], &term) or \
+                tb_add_overflow(offset, term, &offset)
             d += 1
     while d < t._ndim:
         if n >= TB_MAX_NDIM:
@@ -1265,12 +1284,14 @@ cdef Tensor _basic_index(Tensor t, tuple key):
     memcpy(v._shape, new_shape, n * sizeof(int64_t))
     memcpy(v._strides, new_strides, n * sizeof(int64_t))
     if v._size() > 0:
+        if overflow:   # impossible for a tensor that passed _check_layout
+            raise IndexError("index arithmetic overflowed")
         _apply_offset(v, offset)
     _check_packed_view(v)
     return v
 
 
-cdef list _resolve_shape(tuple shape, int64_t size):
+cdef list _resolve_shape(tuple shape, int64_t size, int64_t itemsize):
     cdef list dims = []
     cdef int infer = -1, i = 0
     cdef int64_t known = 1
@@ -1290,6 +1311,11 @@ cdef list _resolve_shape(tuple shape, int64_t size):
         i += 1
     if len(dims) > TB_MAX_NDIM:
         raise ValueError(f"reshape(): at most {TB_MAX_NDIM} dimensions; got {len(dims)}")
+    cdef int64_t nonzero = 1
+    for value in dims:   # NumPy's rule: the non-zero extents must fit, even when empty
+        if value > 0 and (tb_mul_overflow(nonzero, value, &nonzero)
+                          or nonzero > BYTE_LIMIT // itemsize):
+            raise ValueError(f"reshape(): shape {tuple(dims)} is too large")
     if infer >= 0:
         if known == 0 or size % known:
             raise ValueError(
@@ -1568,6 +1594,7 @@ def _import_buffer(obj, raw_dtype):
     t._device.device_id = 0
     if readonly:
         t._flags |= TB_FLAG_READ_ONLY
+    _check_layout(t, "asarray()", "buffer")
     return t
 
 
@@ -1587,6 +1614,9 @@ def _as_bytes_view(Tensor t):
 
 def _reinterpret(Tensor raw, dtype, tuple shape, bint packed):
     """A C-contiguous view of the 1-d uint8 tensor raw with a new dtype and shape."""
+    if raw._ndim != 1 or raw._dtype.code != kDLUInt or raw._dtype.bits != 8 or \
+            (raw._shape[0] > 1 and raw._strides[0] != 1):
+        raise ValueError("a tensor can only be rebuilt from contiguous bytes")
     cdef Tensor v = _view(raw)
     cdef int n = len(shape), i
     v._set_ndim(n)
@@ -1595,11 +1625,14 @@ def _reinterpret(Tensor raw, dtype, tuple shape, bint packed):
         v._flags |= TB_FLAG_SUBBYTE_PADDED
     else:
         v._flags &= ~TB_FLAG_SUBBYTE_PADDED
-    cdef int64_t step = 1, size = 1
+    cdef int64_t step = 1
     for i in range(n):
-        if shape[i] < 0 or tb_mul_overflow(size, shape[i], &size) or size > BYTE_LIMIT:
-            raise ValueError(f"invalid shape {shape} for {raw._nbytes()} bytes")
         v._shape[i] = shape[i]
+        v._strides[i] = 1
+    try:
+        _check_layout(v, "unpickling", "tensor")
+    except BufferError as exc:
+        raise ValueError(f"invalid shape {shape} for {raw._nbytes()} bytes: {exc}") from None
     for i in range(n - 1, -1, -1):
         v._strides[i] = step
         step *= v._shape[i] if v._shape[i] > 0 else 1
