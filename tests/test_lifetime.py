@@ -155,3 +155,39 @@ def test_no_leak_over_a_million_exchanges():
     assert sys.getrefcount(a) == ref
     # A leak of even one 80-byte struct per exchange would be 80 MB.
     assert grown < 8 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
+def test_producer_deleters_never_run_inside_our_export_deleter():
+    # A framework releasing our export may hold a lock its own deleters need
+    # (PaddlePaddle deadlocks so). The producer's deleter is put off until the
+    # interpreter loop runs again, and still runs exactly once.
+    capsule, counter = capsule_of(np.arange(4.0))
+    t = tb.from_dlpack(capsule)
+    ours = t.__dlpack__(max_version=(1, 3))
+    del t, capsule
+    _testing.consume_and_delete_without_gil(ours)  # the last reference goes here
+    for _ in range(3):
+        pass  # a few bytecodes: pending calls run
+    gc.collect()
+    assert counter.calls == 1
+    assert counter.nested_calls == 0
+
+
+def test_paddle_chain_through_tensorbridge_does_not_deadlock():
+    pytest.importorskip("paddle")
+    code = textwrap.dedent(
+        """
+        import paddle, tensorbridge as tb
+        x = paddle.utils.dlpack.from_dlpack(tb.asarray([1.0, 2.0]))
+        t = tb.asarray(x)
+        y = paddle.utils.dlpack.from_dlpack(t)
+        del x, t
+        del y   # Paddle -> our deleter -> (deferred) Paddle's deleter
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")

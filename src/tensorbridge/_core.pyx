@@ -50,6 +50,7 @@ cdef extern from "_runtime.h":
     void tb_export_deleter_legacy(DLManagedTensor*) noexcept nogil
     void tb_capsule_destructor_versioned(PyObject*) noexcept
     void tb_capsule_destructor_legacy(PyObject*) noexcept
+    int tb_export_release_depth
     void tb_copy_to_contiguous(char* dst, const char* src, int ndim, const int64_t* shape,
                                const int64_t* byte_strides, size_t itemsize) noexcept nogil
     void* tb_alloc(size_t nbytes) noexcept nogil
@@ -209,16 +210,11 @@ cdef class Tensor:
     def __dealloc__(self):
         if self._shape != self._dims:
             PyMem_Free(self._shape)
-        cdef DLManagedTensor* legacy
-        cdef DLManagedTensorVersioned* versioned
-        if self._owner_kind == OWN_VERSIONED:
-            versioned = <DLManagedTensorVersioned*>self._managed
-            if versioned.deleter != NULL:
-                versioned.deleter(versioned)
-        elif self._owner_kind == OWN_LEGACY:
-            legacy = <DLManagedTensor*>self._managed
-            if legacy.deleter != NULL:
-                legacy.deleter(legacy)
+        if self._owner_kind == OWN_VERSIONED or self._owner_kind == OWN_LEGACY:
+            if tb_export_release_depth > 0:
+                _defer_deleter(self._managed, self._owner_kind)
+            else:
+                _call_deleter(self._managed, self._owner_kind)
         elif self._owner_kind == OWN_BUFFER:
             PyBuffer_Release(&self._buffer)
         elif self._owner_kind == OWN_ALLOC:
@@ -788,6 +784,45 @@ cdef inline void _call_deleter(void* managed, int kind) noexcept:
         legacy = <DLManagedTensor*>managed
         if legacy.deleter != NULL:
             legacy.deleter(legacy)
+
+
+# Producer deleters put off while one of our export deleters runs (see Tensor.__dealloc__).
+cdef list _deferred_deleters = []
+cdef bint _drain_scheduled = False
+
+cdef extern from "Python.h":
+    int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
+
+
+cdef int _run_deferred_deleters(void* arg) noexcept with gil:
+    global _drain_scheduled
+    _drain_scheduled = False
+    while _deferred_deleters:
+        address, kind = _deferred_deleters.pop()
+        _call_deleter(<void*><uintptr_t>address, kind)
+    return 0
+
+
+cdef void _defer_deleter(void* managed, int kind) noexcept:
+    """Call a producer's deleter soon, from the interpreter loop, not from inside
+    the foreign deleter that is releasing us (which may hold a lock it needs)."""
+    global _drain_scheduled
+    try:
+        _deferred_deleters.append((<uintptr_t>managed, kind))
+        if not _drain_scheduled:
+            if Py_AddPendingCall(_run_deferred_deleters, NULL) != 0:
+                raise MemoryError("the pending-call queue is full")
+            _drain_scheduled = True
+    except BaseException:
+        # Cannot defer: releasing now risks that lock, but never leaks or double-frees.
+        if _deferred_deleters and _deferred_deleters[-1][0] == <uintptr_t>managed:
+            _deferred_deleters.pop()
+        _call_deleter(managed, kind)
+
+
+def _export_release_depth():
+    """How many export deleters of ours are running (for tests)."""
+    return tb_export_release_depth
 
 
 cdef Tensor _adopt(void* managed, int kind):

@@ -36,12 +36,24 @@ static inline int tb_interpreter_gone(void) {
   return 0;
 }
 
+/* How many of our export deleters are running (under the GIL). While it is
+ * nonzero, a Tensor that dies must not call its producer's deleter on the spot:
+ * the framework calling our deleter may hold a lock its own deleter needs
+ * (PaddlePaddle's DeleterBridge does: docs/design.md, "Ownership"). */
+static int tb_export_release_depth = 0;
+
+static void tb_release_owner(PyObject *owner) {
+  ++tb_export_release_depth;
+  Py_XDECREF(owner);
+  --tb_export_release_depth;
+}
+
 static void tb_export_deleter_versioned(DLManagedTensorVersioned *self) {
   if (self == NULL || tb_interpreter_gone()) return;
   PyGILState_STATE state = PyGILState_Ensure();
   PyObject *owner = (PyObject *)self->manager_ctx;
   PyMem_Free(self);
-  Py_XDECREF(owner);
+  tb_release_owner(owner);
   PyGILState_Release(state);
 }
 
@@ -50,7 +62,7 @@ static void tb_export_deleter_legacy(DLManagedTensor *self) {
   PyGILState_STATE state = PyGILState_Ensure();
   PyObject *owner = (PyObject *)self->manager_ctx;
   PyMem_Free(self);
-  Py_XDECREF(owner);
+  tb_release_owner(owner);
   PyGILState_Release(state);
 }
 

@@ -35,9 +35,14 @@ cdef extern from "<stdlib.h>" nogil:
 
 
 cdef class DeleterCounter:
-    """Counts deleter calls of one crafted capsule; owns its managed struct."""
+    """Counts deleter calls of one crafted capsule; owns its managed struct.
+
+    ``nested_calls`` counts the calls made while an export deleter of tensorbridge
+    was running (which must not happen: a framework calling that deleter may hold a
+    lock its own deleters need)."""
 
     cdef public int calls
+    cdef public int nested_calls
     cdef bint _released
     cdef void* _block
     cdef object _keepalive
@@ -53,6 +58,12 @@ cdef class DeleterCounter:
 
 cdef void _count_call(DeleterCounter counter) noexcept:
     counter.calls += 1
+    try:
+        from tensorbridge._core import _export_release_depth
+        if _export_release_depth() > 0:
+            counter.nested_calls += 1
+    except BaseException:
+        pass
     if not counter._released:
         counter._released = True
         counter._keepalive = None
