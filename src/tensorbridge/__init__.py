@@ -14,6 +14,7 @@ from tensorbridge._dtypes import DType, DTYPES as _DTYPES, get_default_dtype, se
 from tensorbridge._devices import DLDeviceType, Device
 from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, from_dlpack, to_dlpack
 from tensorbridge._creation import arange, empty, full, ones, zeros
+from tensorbridge._convert import Plan, convert, explain
 
 # One module attribute per DType: tensorbridge.float32, tensorbridge.bool, ...
 globals().update(_DTYPES)
@@ -22,12 +23,15 @@ __all__ = [
     "DLDeviceType",
     "DLPACK_VERSION",
     "DType",
+    "Plan",
     "Device",
     "Tensor",
     "__version__",
     "arange",
     "asarray",
+    "convert",
     "empty",
+    "explain",
     "from_dlpack",
     "full",
     "get_default_dtype",

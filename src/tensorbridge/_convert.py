@@ -1,0 +1,361 @@
+# SPDX-License-Identifier: Apache-2.0
+"""convert and explain: a tensor of any framework into any other, correctly.
+
+`convert` makes a `Plan` once, from the source's metadata and the target's facts
+(`_frameworks.py`), and then carries it out; `explain` returns the same Plan
+without carrying it out. See docs/design.md, "Bridges".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tensorbridge import _core
+from tensorbridge._core import Tensor
+from tensorbridge._creation import _is_numpy_scalar
+from tensorbridge._devices import HOST_ACCESSIBLE, as_device
+from tensorbridge._dtypes import DType, as_dtype
+from tensorbridge._frameworks import Framework, framework_of, resolve_target
+
+__all__ = ["Plan", "convert", "explain"]
+
+
+# --------------------------------------------------------------------------
+# The source: whatever the user holds, as a Tensor
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Source:
+    tensor: Any  # a Tensor, or a metadata stand-in for a capsule `explain` must not consume
+    kind: str  # what the user passed, for messages
+    notes: list[str]
+    copied: str | None  # why reading the source already copied it (None: it did not)
+
+
+def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
+    """Turn obj into a Tensor, fixing what its framework's own export gets wrong."""
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    framework = framework_of(obj)
+    name = framework.name if framework else ""
+    notes: list[str] = []
+    copied: str | None = None
+    immutable = False
+
+    def must_copy(why: str) -> None:
+        nonlocal copied
+        if copy is False:
+            raise BufferError(f"convert(): copy=False, but {why}")
+        copied = why
+
+    if _core._is_capsule(obj) and not consume:
+        return _Source(_CapsuleMeta(obj), "DLPack capsule", notes, None)
+    if name == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+        if obj.requires_grad:
+            obj = obj.detach()
+            notes.append("detached from autograd (shares memory)")
+        if obj.is_conj():
+            must_copy("torch conjugate views must be resolved (a copy)")
+            obj = obj.resolve_conj()
+        if obj.is_neg():
+            must_copy("torch negative-bit views must be resolved (a copy)")
+            obj = obj.resolve_neg()
+    elif name == "tensorflow":
+        immutable = True
+        if not hasattr(obj, "__dlpack__") and hasattr(obj, "read_value"):
+            obj = obj.read_value()
+            notes.append("read the tf.Variable's value")
+    elif name == "jax":
+        immutable = True
+    elif name == "pyarrow":
+        immutable = True
+        if type(obj).__name__ == "ChunkedArray":
+            if obj.num_chunks != 1:
+                must_copy("a pyarrow.ChunkedArray with several chunks is joined (a copy)")
+            obj = obj.combine_chunks()
+        if str(getattr(obj, "type", "")) == "bool":
+            must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
+            obj = obj.to_numpy(zero_copy_only=False)
+    if isinstance(obj, (bool, int, float, complex, list, tuple)) or _is_numpy_scalar(obj):
+        must_copy(f"a {type(obj).__name__} is a value, not memory to share")
+    tensor = _core.asarray(obj)
+    if immutable and not tensor.readonly:
+        tensor = _core._set_readonly(tensor, True)
+        notes.append(f"{name} arrays are immutable: the data is treated as read-only")
+    return _Source(tensor, kind, notes, copied)
+
+
+class _CapsuleMeta:
+    """The metadata of a capsule, read without consuming it (for explain)."""
+
+    def __init__(self, capsule: Any) -> None:
+        info = _core._inspect_capsule(capsule)
+        if "shape" not in info:
+            raise BufferError(f"explain(): cannot read a capsule named {info['name']!r}")
+        from tensorbridge._dtypes import dtype_from_code
+
+        self.shape = info["shape"] or ()
+        self.ndim = info["ndim"]
+        self.dtype = dtype_from_code(info["dtype"][0], info["dtype"][1])
+        if self.dtype is None:
+            raise BufferError(f"explain(): the capsule's dtype {info['dtype']} is not DLPack's")
+        self.strides = info["strides"] or _c_strides(self.shape)
+        self.device = as_device(info["device"])
+        flags = info["flags"] or 0
+        self.readonly = bool(flags & _core.FLAG_READ_ONLY)
+        self.packed = self.dtype.bits < 8 and not flags & _core.FLAG_SUBBYTE_PADDED
+        self._ptr = info["data"] + info["byte_offset"]
+        self.size = 1
+        for n in self.shape:
+            self.size *= n
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def is_contiguous(self) -> bool:
+        return self.size == 0 or all(
+            s == c for s, c, n in zip(self.strides, _c_strides(self.shape), self.shape) if n != 1
+        )
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+# --------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Plan:
+    """What `convert` does for one source and target (what `explain` returns).
+
+    Attributes
+    ----------
+    source, target : str
+        What is converted, and into which framework.
+    path : str
+        The protocol path to the target.
+    shares_memory : bool
+        True when the result will share the source's memory.
+    copies : list of str
+        Why the data is copied (empty when it is shared).
+    notes : list of str
+        What else happens on the way (detaching, read-only handling, offset folding).
+    dtype, shape
+        The result's dtype name and shape.
+    """
+
+    source: str
+    target: str
+    path: str
+    shares_memory: bool
+    copies: list[str]
+    notes: list[str]
+    dtype: str
+    shape: tuple[int, ...]
+    _framework: type[Framework] = dataclasses.field(repr=False, default=Framework)
+    _cast: DType | None = dataclasses.field(repr=False, default=None)
+    _precopy: bool = dataclasses.field(repr=False, default=False)
+    _fold: bool = dataclasses.field(repr=False, default=False)
+    _requires_grad: bool = dataclasses.field(repr=False, default=False)
+
+    def __str__(self) -> str:
+        memory = "shared (zero-copy)" if self.shares_memory else "copied: " + "; ".join(
+            self.copies
+        )
+        lines = [
+            f"convert {self.source} -> {self.target}",
+            f"  path:    {self.path}",
+            f"  memory:  {memory}",
+            f"  result:  {self.target} {self.dtype} {self.shape}",
+        ]
+        for note in self.notes:
+            lines.append(f"  note:    {note}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython
+        printer.text(str(self))
+
+
+def _describe(kind: str, t: Any) -> str:
+    layout = "" if t.is_contiguous() else f" strides {t.strides}"
+    flags = " read-only" if t.readonly else ""
+    return f"{kind} {t.dtype.name} {t.shape}{layout} on {t.device}{flags}"
+
+
+def _make_plan(
+    source: _Source,
+    framework: type[Framework],
+    dtype: Any,
+    device: Any,
+    copy: bool | None,
+    requires_grad: bool,
+) -> Plan:
+    t = source.tensor
+    name = framework.name
+    cast = None
+    copies: list[str] = []
+    notes = list(source.notes)
+
+    if copy is not None and copy is not True and copy is not False:
+        raise TypeError(f"convert(): copy must be True, False or None; got {copy!r}")
+    target_dtype = t.dtype if dtype is None else as_dtype(dtype)
+    problem = framework.unsupported_dtype(target_dtype.name)
+    if problem:
+        raise BufferError(f"convert(): {problem}")
+    if target_dtype is not t.dtype:
+        if copy is False:
+            raise ValueError(
+                f"convert(): copy=False, but casting {t.dtype.name} to {target_dtype.name} "
+                "needs a copy"
+            )
+        cast = target_dtype
+        copies.append(f"casting {t.dtype.name} to {target_dtype.name}")
+    if requires_grad and not framework.autograd:
+        raise ValueError(f"convert(): requires_grad=True, but {name} has no autograd")
+
+    if device is not None:
+        wanted = as_device(device)
+        if wanted != t.device and not (
+            wanted.type == "cpu" and int(t.device.device_type) in HOST_ACCESSIBLE
+        ):
+            raise BufferError(
+                f"convert(): cannot move {t.device} data to {wanted}; tensorbridge converts "
+                "without moving data between devices"
+            )
+    if int(t.device.device_type) not in HOST_ACCESSIBLE and framework.host_only:
+        raise BufferError(f"convert(): {name} holds CPU memory only; the data is on {t.device}")
+
+    precopy_reasons = [] if cast is not None else framework.precopy_reasons(t)
+    copies += precopy_reasons + framework.own_copy_reasons(t)
+    if copy is True and not copies and not source.copied:
+        copies.append("copy=True")
+        precopy_reasons.append("copy=True")
+    if copy is False and copies:
+        raise BufferError(f"convert(): copy=False, but {'; '.join(copies)}")
+
+    fold = framework.byte_offset != "honours" and cast is None and not precopy_reasons
+    if fold:
+        notes.append(
+            f"{name} does not honour byte_offset: the offset is moved into the data pointer"
+        )
+    if source.copied:
+        copies = [source.copied, *copies]
+    return Plan(
+        source=_describe(source.kind, t),
+        target=name,
+        path=framework.path,
+        shares_memory=not copies,
+        copies=copies,
+        notes=notes,
+        dtype=target_dtype.name,
+        shape=tuple(t.shape),
+        _framework=framework,
+        _cast=cast,
+        _precopy=bool(precopy_reasons) and cast is None,
+        _fold=fold,
+        _requires_grad=requires_grad,
+    )
+
+
+def _carry_out(plan: Plan, t: Tensor) -> Any:
+    framework = plan._framework
+    if plan._cast is not None:
+        t = t.astype(plan._cast)
+    elif plan._precopy:
+        # Bit-packed float6/float4 copies unpack (one element per byte); others memcpy.
+        t = t.astype(t.dtype) if _core._is_packed_tensor(t) else t.copy()
+    result = framework.make(t)
+    got = framework.dtype_name(result)
+    if got != plan.dtype:
+        raise BufferError(
+            f"convert(): {framework.name} produced a {got} array instead of {plan.dtype}"
+        )
+    if plan._requires_grad:
+        result = framework.set_requires_grad(result)
+    return result
+
+
+# --------------------------------------------------------------------------
+# The public functions
+# --------------------------------------------------------------------------
+
+
+def convert(
+    obj: Any,
+    to: Any,
+    /,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    copy: bool | None = None,
+    requires_grad: bool = False,
+) -> Any:
+    """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
+
+    Parameters
+    ----------
+    obj : object
+        Anything :func:`asarray` accepts, and the frameworks' own types (TensorFlow
+        tensors and variables, PyArrow arrays and chunked arrays, JAX arrays...).
+    to : str or module
+        ``"numpy"``, ``"torch"``, ``"jax"``, ``"paddle"``, ``"tensorflow"``, ``"mlx"``,
+        ``"cupy"``, ``"pyarrow"``, ``"array_api_strict"``, ``"tvm_ffi"``,
+        ``"tensorbridge"``, or that framework's module.
+    dtype : dtype-like, optional
+        The result's dtype (a cast, so a copy); by default the source's.
+    copy : bool, optional
+        ``None``: copy only when the target cannot take the data as it is.
+        ``True``: always a copy. ``False``: never; BufferError saying what the target
+        cannot take.
+    requires_grad : bool
+        A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
+        ValueError for targets without autograd.
+
+    Returns
+    -------
+    The target framework's array, with the source's values, shape and dtype (or
+    ``dtype``). Read-only sources stay read-only where the target can say so and are
+    copied where it cannot.
+
+    Examples
+    --------
+    >>> import numpy as np, tensorbridge as tb
+    >>> a = np.arange(6.0)[::-1]
+    >>> x = tb.convert(a, "torch")      # torch cannot take negative strides: a copy
+    >>> tb.explain(a, "torch").shares_memory
+    False
+    """
+    framework = resolve_target(to)
+    source = _read_source(obj, copy, consume=True)
+    plan = _make_plan(source, framework, dtype, device, copy, requires_grad)
+    return _carry_out(plan, source.tensor)
+
+
+def explain(
+    obj: Any,
+    to: Any,
+    /,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    copy: bool | None = None,
+    requires_grad: bool = False,
+) -> Plan:
+    """What ``convert(obj, to, ...)`` would do, as a `Plan` (printed nicely).
+
+    Nothing is converted and a capsule is not consumed; errors `convert` would raise
+    about the request are raised here too.
+    """
+    framework = resolve_target(to)
+    source = _read_source(obj, copy, consume=False)
+    return _make_plan(source, framework, dtype, device, copy, requires_grad)

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""convert over every ordered pair of frameworks and every dtype both sides have.
+
+For each (producer, consumer, dtype): the result has the source's dtype, shape and
+values (read back through the consumer's own API); it shares memory exactly when
+`explain` says so; shared memory stays protected when the source was; writes go
+through when both sides can write. A dtype the consumer lacks raises BufferError.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorbridge as tb
+from tensorbridge._frameworks import FRAMEWORKS
+
+from .frameworks import NAMES, is_protected, need, pointer, shape, values
+
+pytestmark = pytest.mark.interop
+
+VALUES = [1.0, 2.0, 4.0, 0.5]  # exact in every dtype (float8_e8m0fnu has no zero)
+
+CASES = [
+    pytest.param(p, c, d, id=f"{p}->{c}-{d}")
+    for p in NAMES
+    for c in NAMES
+    for d in sorted(FRAMEWORKS[p].dtypes)
+]
+
+
+def expected(dtype):
+    wide = "bool" if dtype == "bool" else "complex128" if "complex" in dtype else "float64"
+    return tb.asarray(VALUES).astype(dtype).astype(wide)
+
+
+@pytest.mark.parametrize(("producer", "consumer", "dtype"), CASES)
+def test_convert(producer, consumer, dtype):
+    need(producer)
+    need(consumer)
+    P, C = FRAMEWORKS[producer], FRAMEWORKS[consumer]
+    source = P.sample(VALUES, dtype)
+    if dtype not in C.dtypes:
+        with pytest.raises(BufferError, match=f"convert\\(\\): .*{consumer}"):
+            tb.convert(source, consumer)
+        return
+    plan = tb.explain(source, consumer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # paddle/TF chatter
+        result = tb.convert(source, consumer)
+    assert C.dtype_name(result) == dtype
+    assert shape(consumer, result) == (4,)
+    want = expected(dtype).tolist()
+    assert values(consumer, result) == want
+
+    src_ptr, dst_ptr = pointer(producer, source), pointer(consumer, result)
+    if src_ptr is not None and dst_ptr is not None:
+        assert (src_ptr == dst_ptr) is plan.shares_memory, str(plan)
+    if plan.shares_memory:
+        if is_protected(producer, source):
+            assert is_protected(consumer, result), "read-only data became writable"
+        elif not is_protected(consumer, result) and dtype not in ("bool",):
+            if P.write_first(source, 2.0):  # both sides can write: one memory
+                assert values(consumer, result)[0] == 2.0
+
+
+SHARED = [
+    ("numpy", "numpy"), ("numpy", "torch"), ("numpy", "paddle"),
+    ("numpy", "array_api_strict"), ("numpy", "pyarrow"), ("numpy", "tvm_ffi"),
+    ("tensorbridge", "tensorflow"),
+    ("numpy", "tensorbridge"), ("torch", "numpy"), ("torch", "jax"), ("torch", "paddle"),
+    ("torch", "tvm_ffi"), ("torch", "tensorflow"), ("paddle", "torch"),
+    ("tensorbridge", "jax"), ("tensorbridge", "torch"), ("jax", "numpy"),
+    ("jax", "tensorflow"), ("tensorflow", "numpy"), ("pyarrow", "numpy"),
+    ("pyarrow", "jax"), ("array_api_strict", "torch"), ("tvm_ffi", "numpy"),
+]
+
+
+@pytest.mark.parametrize(("producer", "consumer"), SHARED, ids=[f"{p}->{c}" for p, c in SHARED])
+def test_zero_copy_where_the_target_can_share(producer, consumer):
+    need(producer)
+    need(consumer)
+    source = FRAMEWORKS[producer].sample([1.0, 2.0, 3.0, 4.0] * 16, "float32")
+    if consumer in ("jax", "tensorflow"):
+        assert pointer(producer, source) % 64 == 0  # the precondition they need
+    result = tb.convert(source, consumer)
+    assert pointer(consumer, result) == pointer(producer, source)
+
+
+@pytest.mark.parametrize("consumer", ["torch", "paddle", "tvm_ffi"])
+@pytest.mark.parametrize("producer", ["jax", "pyarrow", "tensorflow"])
+def test_immutable_sources_are_copied_for_writable_only_targets(producer, consumer):
+    need(producer)
+    need(consumer)
+    source = FRAMEWORKS[producer].sample([1.0, 2.0], "float32")
+    with pytest.raises(BufferError, match="always writable and the data is read-only"):
+        tb.convert(source, consumer, copy=False)
+    result = tb.convert(source, consumer)
+    assert pointer(consumer, result) != pointer(producer, source)
+    FRAMEWORKS[consumer].write_first(result, 9.0)
+    assert values(producer, source) == [1.0, 2.0]
