@@ -142,3 +142,17 @@ def test_torch_keeps_our_memory_alive():
 
     gc.collect()
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_torch_views_with_negative_or_conjugate_bits():
+    # torch exports their raw memory, which holds other values than they show.
+    torch = pytest.importorskip("torch")
+    z = (torch.arange(3.0) * (1 + 1j)).conj()
+    with pytest.raises(BufferError, match=r"negative bit set .*\.resolve_neg\(\) first"):
+        tb.from_dlpack(z.imag)
+    with pytest.raises(BufferError, match=r"conjugate bit set .*\.resolve_conj\(\) first"):
+        tb.from_dlpack(z)
+    assert tb.asarray(z.imag).tolist() == [-0.0, -1.0, -2.0]  # resolved: a copy
+    assert tb.asarray(z).tolist() == [0j, 1 - 1j, 2 - 2j]
+    with pytest.raises(ValueError, match="copy=False, but a torch view with the negative"):
+        tb.asarray(z.imag, copy=False)

@@ -1951,6 +1951,28 @@ cdef inline bint _is_ndarray(object x) noexcept:
     return False
 
 
+cdef dict _torch_tensor_types = {}
+
+cdef int _check_torch_bits(object x) except -1:
+    """PyTorch exports tensors with the negative or conjugate bit set as their raw
+    memory, which holds other values than the tensor (z.conj().imag reads -imag).
+    Refuse them rather than import wrong values (asarray and convert resolve them)."""
+    tp = type(x)
+    known = _torch_tensor_types.get(tp)
+    if known is None:
+        module = getattr(tp, "__module__", "") or ""
+        known = module.split(".")[0] == "torch" and hasattr(tp, "is_neg")
+        _torch_tensor_types[tp] = known
+    if known and (x.is_neg() or x.is_conj()):
+        what = "negative" if x.is_neg() else "conjugate"
+        raise BufferError(
+            f"from_dlpack(): this torch tensor has its {what} bit set (a view such as "
+            f"z.conj().imag), so its memory does not hold its values; call "
+            f".resolve_{'neg' if what == 'negative' else 'conj'}() first, or use "
+            "tensorbridge.asarray / convert, which copy it")
+    return 0
+
+
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
     if device is None and _is_ndarray(x):
@@ -1959,6 +1981,7 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
         source.device_type = kDLCPU
         source.device_id = 0
     else:
+        _check_torch_bits(x)
         source = _producer_device(x)
     cdef DLDevice target = source
     cdef int mask = 0

@@ -129,6 +129,11 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
 
 def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None):
     """Import a DLPack object or capsule, asking the producer for device moves."""
+    if _is_torch_view_with_bits(obj):
+        # Its memory holds other values than it shows: only a resolved copy is right.
+        _refuse_copy_false(copy, "a torch view with the negative/conjugate bit set "
+                           "must be resolved (copied)")
+        return from_dlpack(obj.resolve_neg().resolve_conj(), device=device), True
     if copy is False and device is not None and not _core._is_capsule(obj):
         source = Device(obj)  # uses __dlpack_device__
         if source != device and not (
@@ -142,6 +147,15 @@ def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None):
         raise ValueError(f"asarray(): copy=False, but {type(obj).__name__} can only "
                          "export a copy") from exc
     return tensor, copy is True
+
+
+def _is_torch_view_with_bits(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and isinstance(obj, torch.Tensor)
+        and bool(obj.is_neg() or obj.is_conj())
+    )
 
 
 def _is_numpy_scalar(obj: Any) -> bool:

@@ -654,6 +654,12 @@ class PyarrowFramework(Framework):
             "pyarrow.ChunkedArray has no DLPack export",
             "convert joins the chunks first (a copy when there is more than one)",
         ),
+        (
+            "asked for a legacy capsule, pyarrow exports its read-only memory anyway, so "
+            "legacy-only consumers (tvm-ffi) get writable access to Arrow buffers",
+            "tensorbridge imports PyArrow data read-only and copies it for writable-only "
+            "targets",
+        ),
     )
 
     @classmethod

@@ -45,9 +45,10 @@ def values(name: str, obj: Any) -> list[Any]:
         array = np.asarray(obj if obj.dtype in (jnp.bool_, jnp.complex64, jnp.complex128)
                            else obj.astype(jnp.float64))
     elif name == "paddle":
-        array = obj.numpy() if str(obj.dtype) in ("paddle.bool", "paddle.complex64",
-                                                  "paddle.complex128") \
-            else obj.astype("float64").numpy()
+        # .numpy() as users read it (astype first only for types NumPy lacks).
+        special = str(obj.dtype) in ("paddle.bfloat16", "paddle.float8_e4m3fn",
+                                     "paddle.float8_e5m2")
+        array = obj.astype("float64").numpy() if special else obj.numpy()
     elif name == "tensorflow":
         import tensorflow as tf
 
