@@ -279,7 +279,10 @@ class NumpyFramework(Framework):
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
-        return _core.asarray(values, dtype=dtype_name).numpy()
+        np = cls.module()
+        if dtype_name in ML_DTYPES:  # ml_dtypes types: NumPy cannot cast floats to all
+            return _core.asarray(values, dtype=dtype_name).numpy()
+        return np.array(values, dtype=np.float64).astype(dtype_name)  # NumPy's own memory
 
     @classmethod
     def write_first(cls, obj: Any, value: float) -> bool:
@@ -453,6 +456,14 @@ class PaddleFramework(Framework):
             "Paddle's __dlpack_device__ answers (kDLCPU, None)",
             "a None device id is read as 0",
         ),
+        (
+            "Paddle's DeleterBridge holds a non-recursive mutex while it runs a DLPack "
+            "deleter, so releasing a Paddle import of a Paddle tensor that was itself "
+            "imported through DLPack deadlocks the process",
+            "tensorbridge never runs a producer's deleter from inside another framework's "
+            "call of its own deleters (it is deferred to the interpreter loop), so chains "
+            "through tensorbridge are safe; Paddle-to-Paddle chains are Paddle's own",
+        ),
     )
 
     @classmethod
@@ -470,8 +481,11 @@ class PaddleFramework(Framework):
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
-        # Paddle cannot cast to every type it holds (uint32/uint64), but imports them.
-        return cls.module().utils.dlpack.from_dlpack(_core.asarray(values, dtype=dtype_name))
+        paddle = cls.module()
+        if dtype_name in ("uint32", "uint64"):
+            # Paddle holds these but cannot make them: import them (a DLPack-backed tensor).
+            return paddle.utils.dlpack.from_dlpack(_core.asarray(values, dtype=dtype_name))
+        return paddle.to_tensor(values, dtype="float64").astype(dtype_name)
 
 
 class TensorflowFramework(Framework):
