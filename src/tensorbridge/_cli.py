@@ -176,7 +176,7 @@ def _quirks_markdown() -> str:
             continue
         lines.append(f"### {framework.name}")
         lines.append("")
-        lines.append(f"Path: {framework.path}.")
+        lines.append(f"Path: {framework.import_path()}.")
         lines.append("")
         for problem, handling in framework.quirks:
             lines.append(f"- **{problem}.** {handling[0].upper() + handling[1:]}.")

@@ -9,6 +9,7 @@ without carrying it out. See docs/design.md, "Bridges".
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
 from tensorbridge import _core
@@ -19,6 +20,8 @@ from tensorbridge._dtypes import DType, as_dtype
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 
 __all__ = ["Plan", "convert", "explain"]
+
+convert = _core.convert  # the compiled front door; it calls _convert below
 
 
 # --------------------------------------------------------------------------
@@ -51,6 +54,11 @@ def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
 
     if _core._is_capsule(obj) and not consume:
         return _Source(_CapsuleMeta(obj), "DLPack capsule", notes, None)
+    if framework is not None and framework.readonly == "writable" and \
+            _core._exchange_api_info(obj) is not None:
+        # A mutable framework's tensor with an exchange table: later conversions of
+        # this type may read it in C (torch bit views still come here).
+        _core._register_fast_source(type(obj))
     if name == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
         if obj.requires_grad:
             obj = obj.detach()
@@ -253,7 +261,7 @@ def _make_plan(
     return Plan(
         source=_describe(source.kind, t),
         target=name,
-        path=framework.path,
+        path=framework.import_path(),
         shares_memory=not copies,
         copies=copies,
         notes=notes,
@@ -290,7 +298,7 @@ def _carry_out(plan: Plan, t: Tensor) -> Any:
 # --------------------------------------------------------------------------
 
 
-def convert(
+def _convert(
     obj: Any,
     to: Any,
     /,
@@ -300,45 +308,22 @@ def convert(
     copy: bool | None = None,
     requires_grad: bool = False,
 ) -> Any:
-    """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
-
-    Parameters
-    ----------
-    obj : object
-        Anything :func:`asarray` accepts, and the frameworks' own types (TensorFlow
-        tensors and variables, PyArrow arrays and chunked arrays, JAX arrays...).
-    to : str or module
-        ``"numpy"``, ``"torch"``, ``"jax"``, ``"paddle"``, ``"tensorflow"``, ``"mlx"``,
-        ``"cupy"``, ``"pyarrow"``, ``"array_api_strict"``, ``"tvm_ffi"``,
-        ``"tensorbridge"``, or that framework's module.
-    dtype : dtype-like, optional
-        The result's dtype (a cast, so a copy); by default the source's.
-    copy : bool, optional
-        ``None``: copy only when the target cannot take the data as it is.
-        ``True``: always a copy. ``False``: never; BufferError saying what the target
-        cannot take.
-    requires_grad : bool
-        A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
-        ValueError for targets without autograd.
-
-    Returns
-    -------
-    The target framework's array, with the source's values, shape and dtype (or
-    ``dtype``). Read-only sources stay read-only where the target can say so and are
-    copied where it cannot.
-
-    Examples
-    --------
-    >>> import numpy as np, tensorbridge as tb
-    >>> a = np.arange(6.0)[::-1]
-    >>> x = tb.convert(a, "torch")      # torch cannot take negative strides: a copy
-    >>> tb.explain(a, "torch").shares_memory
-    False
-    """
+    """The planner's convert (the public `convert` is `_core.convert`, which
+    answers plan-free calls in C and calls this for the rest)."""
     framework = resolve_target(to)
     source = _read_source(obj, copy, consume=True)
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad)
-    return _carry_out(plan, source.tensor)
+    result = _carry_out(plan, source.tensor)
+    if (
+        dtype is None and device is None and copy is None and requires_grad is False
+        and (type(to) is str or type(to) is types.ModuleType)
+    ):
+        # From now on the compiled front door (_core.convert) answers the calls
+        # to this target that need no planning.
+        fast = framework.fast_target()
+        if fast is not None:
+            _core._set_fast_target(to, fast)
+    return result
 
 
 def explain(

@@ -103,6 +103,10 @@ cdef enum:
     OWN_VERSIONED = 2     # _managed is a producer's DLManagedTensorVersioned*
     OWN_BUFFER = 3        # _buffer holds a Py_buffer to release
     OWN_ALLOC = 4         # _managed is memory from tb_alloc (free())
+    OWN_OBJECT = 5        # _managed is a strong reference to a NumPy array
+
+# Tensor's DLPack C exchange table (filled by _make_exchange_capsule).
+cdef DLPackExchangeAPI _tensor_api
 
 cdef uint64_t KNOWN_FLAGS = TB_FLAG_READ_ONLY | TB_FLAG_IS_COPIED | TB_FLAG_SUBBYTE_PADDED
 # Keep byte arithmetic far from int64 overflow.
@@ -122,7 +126,7 @@ del _d
 cdef inline object _dtype_obj(DLDataType dt):
     return <object>_dtype_table[dt.code][dt.bits]
 
-cdef inline bint _dtype_known(DLDataType dt) noexcept:
+cdef inline bint _dtype_known(DLDataType dt) noexcept nogil:
     return dt.code < 18 and dt.bits <= 128 and _dtype_table[dt.code][dt.bits] != NULL
 
 cdef inline bint _device_known(int32_t device_type) noexcept:
@@ -132,7 +136,7 @@ cdef inline bint _host_accessible(int32_t device_type) noexcept:
     return (device_type == kDLCPU or device_type == kDLCUDAHost
             or device_type == kDLROCMHost or device_type == kDLCUDAManaged)
 
-cdef inline size_t _itemsize(DLDataType dt) noexcept:
+cdef inline size_t _itemsize(DLDataType dt) noexcept nogil:
     return (dt.bits + 7) // 8
 
 # Cached __dlpack_device__() answers for device_id 0, per device type.
@@ -219,6 +223,8 @@ cdef class Tensor:
             PyBuffer_Release(&self._buffer)
         elif self._owner_kind == OWN_ALLOC:
             free(self._managed)
+        elif self._owner_kind == OWN_OBJECT:
+            Py_DECREF(<object>self._managed)
 
     # -- internal helpers ---------------------------------------------------
 
@@ -361,6 +367,12 @@ cdef class Tensor:
                 f"device={_dev_str(self._device)}{flags})")
 
     # -- DLPack producer ----------------------------------------------------
+
+    #: The DLPack C exchange table (a "dlpack_exchange_api" capsule), for C-level
+    #: consumers such as tvm-ffi; __c_dlpack_exchange_api__ is its DLPack 1.2 name
+    #: (the table's address as an int).
+    __dlpack_c_exchange_api__ = _make_exchange_capsule()
+    __c_dlpack_exchange_api__ = PyLong_FromVoidPtr(&_tensor_api)
 
     def __dlpack_device__(self):
         """``(DLDeviceType, device_id)`` of the memory."""
@@ -670,6 +682,8 @@ cdef inline Tensor _new_tensor():
 # dtype spellings for NumPy and the buffer protocol
 # --------------------------------------------------------------------------
 
+import os as _os
+from types import ModuleType as _ModuleType
 import sys as _sys
 cdef str _endian = "<" if _sys.byteorder == "little" else ">"
 cdef dict _typestrs = {
@@ -991,8 +1005,10 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
 # Export: Tensor -> capsule
 # --------------------------------------------------------------------------
 
-cdef object _export_capsule(Tensor t, bint versioned, uint64_t extra_flags, DLDevice* device):
-    """One PyMem block holds the managed struct, shape and strides."""
+cdef void* _export_managed(Tensor t, bint versioned, uint64_t extra_flags,
+                           DLDevice* device) except NULL:
+    """A managed tensor describing t, holding a reference to t (its deleter drops
+    it). One PyMem block holds the managed struct, shape and strides."""
     cdef int ndim = t._ndim
     cdef size_t head = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
     cdef size_t dims = (ndim if ndim > 0 else 1) * sizeof(int64_t)
@@ -1033,6 +1049,11 @@ cdef object _export_capsule(Tensor t, bint versioned, uint64_t extra_flags, DLDe
         dl.data = t._data
         dl.byte_offset = t._byte_offset
     Py_INCREF(t)
+    return block
+
+
+cdef object _export_capsule(Tensor t, bint versioned, uint64_t extra_flags, DLDevice* device):
+    cdef void* block = _export_managed(t, versioned, extra_flags, device)
     try:
         if versioned:
             return PyCapsule_New(block, TB_CAPSULE_VERSIONED, tb_capsule_destructor_versioned)
@@ -1951,30 +1972,411 @@ cdef inline bint _is_ndarray(object x) noexcept:
     return False
 
 
+# --------------------------------------------------------------------------
+# PyTorch's bit views
+# --------------------------------------------------------------------------
+
+# type -> (is_neg, is_conj) unbound methods for torch tensor types, False for others;
+# the last type asked about is also kept in a one-entry cache.
 cdef dict _torch_tensor_types = {}
+cdef void* _torch_last_type = NULL
+cdef object _torch_last_methods = None
+
+cdef object _torch_bits(object x, bint complex_only_conj):
+    """None, or "negative"/"conjugate" when x is a torch tensor whose memory does
+    not hold its values (a view with the negative or conjugate bit set)."""
+    global _torch_last_type, _torch_last_methods
+    cdef PyObject* args[1]
+    if <void*>Py_TYPE(x) == _torch_last_type:
+        methods = _torch_last_methods
+    else:
+        tp = type(x)
+        methods = _torch_tensor_types.get(tp)
+        if methods is None:
+            module = getattr(tp, "__module__", "") or ""
+            methods = (tp.is_neg, tp.is_conj) if (
+                module.split(".")[0] == "torch" and hasattr(tp, "is_neg")) else False
+            _torch_tensor_types[tp] = methods
+        # The dict keeps tp alive, so the pointer cannot be reused by another type.
+        _torch_last_type = <void*>tp
+        _torch_last_methods = methods
+    if methods is False:
+        return None
+    args[0] = <PyObject*>x
+    if PyObject_Vectorcall((<tuple>methods)[0], args, 1, NULL):
+        return "negative"
+    # Only complex tensors carry the conjugate bit; skip the call when the
+    # imported dtype says the tensor is real.
+    if not complex_only_conj and PyObject_Vectorcall((<tuple>methods)[1], args, 1, NULL):
+        return "conjugate"
+    return None
+
+
+cdef int _refuse_torch_bits(object what) except -1:
+    raise BufferError(
+        f"from_dlpack(): this torch tensor has its {what} bit set (a view such as "
+        f"z.conj().imag), so its memory does not hold its values; call "
+        f".resolve_{'neg' if what == 'negative' else 'conj'}() first, or use "
+        "tensorbridge.asarray / convert, which copy it")
+
 
 cdef int _check_torch_bits(object x) except -1:
     """PyTorch exports tensors with the negative or conjugate bit set as their raw
     memory, which holds other values than the tensor (z.conj().imag reads -imag).
     Refuse them rather than import wrong values (asarray and convert resolve them)."""
-    tp = type(x)
-    known = _torch_tensor_types.get(tp)
-    if known is None:
-        module = getattr(tp, "__module__", "") or ""
-        known = module.split(".")[0] == "torch" and hasattr(tp, "is_neg")
-        _torch_tensor_types[tp] = known
-    if known and (x.is_neg() or x.is_conj()):
-        what = "negative" if x.is_neg() else "conjugate"
-        raise BufferError(
-            f"from_dlpack(): this torch tensor has its {what} bit set (a view such as "
-            f"z.conj().imag), so its memory does not hold its values; call "
-            f".resolve_{'neg' if what == 'negative' else 'conj'}() first, or use "
-            "tensorbridge.asarray / convert, which copy it")
+    what = _torch_bits(x, False)
+    if what is not None:
+        _refuse_torch_bits(what)
     return 0
+
+
+# --------------------------------------------------------------------------
+# The C exchange API (DLPack 1.2/1.3): consumer
+# --------------------------------------------------------------------------
+#
+# type(x).__dlpack_c_exchange_api__ (1.3: a capsule) or __c_dlpack_exchange_api__
+# (1.2: an int) points to a static DLPackExchangeAPI table. The answer is cached
+# per type in a small direct-mapped cache validated by CPython's type version tag,
+# which changes whenever the type or a base is modified (an addon setting the
+# attribute later is seen) and is never reused by another type (a type that dies
+# and a new one at the same address do not collide). No reference is kept.
+
+cdef extern from "Python.h":
+    ctypedef struct _TypeObj "PyTypeObject":
+        unsigned int tp_version_tag
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf,
+                               PyObject* kwnames)
+    void* PyLong_AsVoidPtr(object) except? NULL
+    object PyLong_FromVoidPtr(void*)
+    void PyErr_Clear()
+    PyObject* PyErr_Occurred()
+
+cdef extern from "<stdio.h>" nogil:
+    int snprintf(char* buffer, size_t size, const char* fmt, ...)
+
+cdef extern from "<stdlib.h>" nogil:
+    void* malloc(size_t size)
+
+cdef struct _ApiSlot:
+    void* tp
+    unsigned int tag
+    const DLPackExchangeAPI* api
+
+cdef enum:
+    API_SLOTS = 64
+
+cdef _ApiSlot _api_slots[API_SLOTS]
+memset(_api_slots, 0, sizeof(_api_slots))
+
+# TENSORBRIDGE_NO_C_EXCHANGE_API=1 turns the consumer fast path off (for tests
+# and for measuring the plain paths), like tvm-ffi's TVM_FFI_SKIP_DLPACK_C_EXCHANGE_API.
+cdef bint _use_exchange_api = not _os.environ.get("TENSORBRIDGE_NO_C_EXCHANGE_API")
+
+cdef object _s_api_13 = "__dlpack_c_exchange_api__"
+cdef object _s_api_12 = "__c_dlpack_exchange_api__"
+
+
+cdef const DLPackExchangeAPI* _table_of(object attr) except? NULL:
+    """The major-1 table an attribute value points to, or NULL."""
+    cdef const DLPackExchangeAPIHeader* header = NULL
+    cdef int hops
+    if PyCapsule_CheckExact(attr):
+        if not PyCapsule_IsValid(attr, TB_CAPSULE_EXCHANGE_API):
+            return NULL
+        header = <const DLPackExchangeAPIHeader*>PyCapsule_GetPointer(
+            attr, TB_CAPSULE_EXCHANGE_API)
+    elif type(attr) is int and attr > 0:
+        header = <const DLPackExchangeAPIHeader*>PyLong_AsVoidPtr(attr)
+    # A newer major version may link older-major tables through prev_api.
+    hops = 0
+    while header != NULL and header.version.major != TB_DLPACK_MAJOR and hops < 16:
+        header = header.prev_api
+        hops += 1
+    if header == NULL or header.version.major != TB_DLPACK_MAJOR:
+        return NULL
+    cdef const DLPackExchangeAPI* api = <const DLPackExchangeAPI*>header
+    if (api.managed_tensor_from_py_object_no_sync == NULL
+            or api.managed_tensor_to_py_object_no_sync == NULL
+            or api.managed_tensor_allocator == NULL or api.current_work_stream == NULL):
+        return NULL    # the standard says these are never NULL: do not trust the table
+    return api
+
+
+cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
+    cdef const DLPackExchangeAPI* api = NULL
+    for name in (_s_api_13, _s_api_12):
+        try:
+            attr = getattr(tp, name)
+        except Exception:
+            continue    # absent, or a descriptor that raises: no table under this name
+        try:
+            api = _table_of(attr)
+        except Exception:
+            api = NULL
+        if api != NULL:
+            break
+    return api
+
+
+cdef inline const DLPackExchangeAPI* _exchange_api(object x):
+    """type(x)'s usable exchange table, or NULL (cached per type)."""
+    cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
+    cdef _ApiSlot* slot = &_api_slots[(<uintptr_t>tp >> 5) % API_SLOTS]
+    if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.tag != 0:
+        return slot.api
+    cdef const DLPackExchangeAPI* api = _exchange_api_lookup(type(x))
+    # The lookups above gave the type a version tag if it can have one; a type
+    # without one (tag 0) is looked up every time.
+    slot.tp = <void*>tp
+    slot.tag = tp.tp_version_tag
+    slot.api = api
+    return api
+
+
+cdef inline bint _needs_stream(int32_t device_type) noexcept:
+    return device_type == kDLCUDA or device_type == kDLCUDAManaged or device_type == kDLROCM
+
+
+cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object stream,
+                               bint resolve_bits):
+    """Import x through its type's C table, or None to use __dlpack__ instead.
+
+    None when the table refuses (its error is dropped; __dlpack__ gives its own),
+    when the data is CUDA/ROCm memory and the caller did not pass stream=-1 (the
+    table does not synchronise: only __dlpack__(stream=...) orders the producer's
+    work before ours), and, with resolve_bits, for torch bit views."""
+    cdef DLManagedTensorVersioned* managed = NULL
+    if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 or managed == NULL:
+        PyErr_Clear()
+        return None
+    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
+    if managed.version.major != TB_DLPACK_MAJOR:
+        raise BufferError(
+            f"from_dlpack(): {type(x).__name__}'s exchange table made a DLPack "
+            f"{managed.version.major}.{managed.version.minor} tensor; tensorbridge reads "
+            f"major version {TB_DLPACK_MAJOR}")
+    _fill(t, &managed.dl_tensor, managed.flags)
+    if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
+        return None     # t releases the managed tensor
+    what = _torch_bits(x, t._dtype.code != kDLComplex)
+    if what is not None:
+        if resolve_bits:
+            return None
+        _refuse_torch_bits(what)
+    return t
+
+
+def _exchange_api_info(obj):
+    """(version, has dltensor view) of type(obj)'s usable table, or None (tests, tools)."""
+    cdef const DLPackExchangeAPI* api = _exchange_api(obj)
+    if api == NULL:
+        return None
+    return ((api.header.version.major, api.header.version.minor),
+            api.dltensor_from_py_object_no_sync != NULL)
+
+
+def _to_py_via_api(target_type, Tensor t):
+    """target_type's object for t, made by its table's managed_tensor_to_py_object_no_sync
+    from a versioned export of t; None when target_type has no usable table."""
+    cdef const DLPackExchangeAPI* api = _exchange_api_lookup(target_type)
+    if api == NULL:
+        return None
+    return _to_py(api, t)
+
+
+cdef int _raise_if_failed(int rc, str what) except -1:
+    """Propagate the exception a C table function set (or raise one if it did not)."""
+    if rc == 0:
+        return 0
+    if PyErr_Occurred() != NULL:
+        return -1
+    raise BufferError(what)
+
+
+cdef object _to_py(const DLPackExchangeAPI* api, Tensor t):
+    cdef void* managed = _export_managed(t, True, 0, &t._device)
+    cdef void* result = NULL
+    # The table steals the managed tensor, whether it succeeds or not.
+    _raise_if_failed(
+        api.managed_tensor_to_py_object_no_sync(<DLManagedTensorVersioned*>managed, &result),
+        "the target's managed_tensor_to_py_object_no_sync failed")
+    if result == NULL:
+        raise BufferError("the target's managed_tensor_to_py_object_no_sync returned NULL")
+    obj = <object>result
+    Py_DECREF(obj)      # <object> took a new reference; the table's is ours
+    return obj
+
+
+# --------------------------------------------------------------------------
+# The C exchange API: producer (Tensor.__dlpack_c_exchange_api__)
+# --------------------------------------------------------------------------
+
+cdef void _free_allocated(DLManagedTensorVersioned* self) noexcept nogil:
+    if self != NULL:
+        free(self.dl_tensor.data)
+        free(self)
+
+
+cdef int _api_allocate(DLTensor* proto, DLManagedTensorVersioned** out, void* error_ctx,
+                       void (*set_error)(void*, const char*, const char*) noexcept nogil
+                       ) noexcept nogil:
+    """A new C-contiguous tensor shaped like proto (dtype, ndim, shape, device).
+    Pure C, so it may be called without the GIL. CPU memory only."""
+    cdef char message[200]
+    cdef int ndim, i
+    cdef int64_t count = 1, nbytes, step
+    cdef size_t dims
+    cdef char* block
+    cdef DLManagedTensorVersioned* mv
+    if out == NULL or proto == NULL:
+        set_error(error_ctx, "ValueError", "tensorbridge allocator: NULL prototype or output")
+        return -1
+    out[0] = NULL
+    ndim = proto.ndim
+    if proto.device.device_type != kDLCPU:
+        snprintf(message, sizeof(message), "tensorbridge allocates CPU memory only; the "
+                 "prototype asks for device type %d", <int>proto.device.device_type)
+        set_error(error_ctx, "BufferError", message)
+        return -1
+    if ndim < 0 or ndim > TB_MAX_NDIM or (ndim > 0 and proto.shape == NULL):
+        snprintf(message, sizeof(message), "tensorbridge allocator: prototype ndim %d "
+                 "(expected 0 to 64, with a shape)", ndim)
+        set_error(error_ctx, "BufferError", message)
+        return -1
+    if proto.dtype.lanes != 1 or not _dtype_known(proto.dtype):
+        snprintf(message, sizeof(message), "tensorbridge allocator: unknown dtype code %d "
+                 "bits %d lanes %d", <int>proto.dtype.code, <int>proto.dtype.bits,
+                 <int>proto.dtype.lanes)
+        set_error(error_ctx, "BufferError", message)
+        return -1
+    for i in range(ndim):
+        if proto.shape[i] < 0 or tb_mul_overflow(count, proto.shape[i], &count) or \
+                count > BYTE_LIMIT // <int64_t>_itemsize(proto.dtype):
+            set_error(error_ctx, "BufferError",
+                      "tensorbridge allocator: prototype shape is negative or too large")
+            return -1
+    nbytes = count * <int64_t>_itemsize(proto.dtype)
+    dims = (ndim if ndim > 0 else 1) * sizeof(int64_t)
+    block = <char*>malloc(sizeof(DLManagedTensorVersioned) + 2 * dims)
+    if block == NULL:
+        set_error(error_ctx, "MemoryError", "tensorbridge allocator: out of memory")
+        return -1
+    mv = <DLManagedTensorVersioned*>block
+    mv.dl_tensor.data = tb_alloc(<size_t>(nbytes if nbytes > 0 else 1))
+    if mv.dl_tensor.data == NULL:
+        free(block)
+        set_error(error_ctx, "MemoryError", "tensorbridge allocator: out of memory")
+        return -1
+    mv.version.major = TB_DLPACK_MAJOR
+    mv.version.minor = TB_DLPACK_MINOR
+    mv.manager_ctx = NULL
+    mv.deleter = _free_allocated
+    # Sub-byte types get one element per byte, as every tensorbridge tensor does.
+    mv.flags = TB_FLAG_SUBBYTE_PADDED if proto.dtype.bits < 8 else 0
+    mv.dl_tensor.device = proto.device
+    mv.dl_tensor.ndim = ndim
+    mv.dl_tensor.dtype = proto.dtype
+    mv.dl_tensor.byte_offset = 0
+    mv.dl_tensor.shape = <int64_t*>(block + sizeof(DLManagedTensorVersioned))
+    mv.dl_tensor.strides = <int64_t*>(block + sizeof(DLManagedTensorVersioned) + dims)
+    step = 1
+    for i in range(ndim - 1, -1, -1):
+        mv.dl_tensor.shape[i] = proto.shape[i]
+        mv.dl_tensor.strides[i] = step
+        step *= proto.shape[i] if proto.shape[i] > 0 else 1
+    if ndim == 0:
+        mv.dl_tensor.shape[0] = 0
+        mv.dl_tensor.strides[0] = 0
+    out[0] = mv
+    return 0
+
+
+cdef int _api_from_py(void* obj, DLManagedTensorVersioned** out) except -1:
+    if Py_TYPE(<object>obj) != <PyTypeObject*>Tensor:
+        raise TypeError(
+            f"tensorbridge exchange table: expected a tensorbridge.Tensor; got "
+            f"{type(<object>obj).__name__}")
+    cdef Tensor t = <Tensor>obj
+    out[0] = <DLManagedTensorVersioned*>_export_managed(t, True, 0, &t._device)
+    return 0
+
+
+cdef int _api_to_py(DLManagedTensorVersioned* managed, void** out) except -1:
+    """Steals managed: on failure it has been released."""
+    if managed == NULL:
+        raise BufferError("tensorbridge exchange table: NULL managed tensor")
+    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
+    if managed.version.major != TB_DLPACK_MAJOR:
+        raise BufferError(
+            f"tensorbridge exchange table: DLPack {managed.version.major}."
+            f"{managed.version.minor} tensor; tensorbridge reads major version "
+            f"{TB_DLPACK_MAJOR}")
+    _fill(t, &managed.dl_tensor, managed.flags)
+    Py_INCREF(t)
+    out[0] = <void*>t
+    return 0
+
+
+cdef int _api_dltensor(void* obj, DLTensor* out) except -1:
+    """A non-owning view of a Tensor, valid while the Tensor lives. A DLTensor has
+    no flags, so read-only and one-per-byte sub-byte tensors are refused (the
+    managed form carries the flags)."""
+    if Py_TYPE(<object>obj) != <PyTypeObject*>Tensor:
+        raise TypeError(
+            f"tensorbridge exchange table: expected a tensorbridge.Tensor; got "
+            f"{type(<object>obj).__name__}")
+    cdef Tensor t = <Tensor>obj
+    if t._flags & TB_FLAG_READ_ONLY:
+        raise BufferError("a read-only tensor cannot be described by a bare DLTensor, "
+                          "which cannot say read-only; use the managed form")
+    if t._flags & TB_FLAG_SUBBYTE_PADDED:
+        raise BufferError("a one-element-per-byte sub-byte tensor cannot be described by "
+                          "a bare DLTensor, which cannot say so; use the managed form")
+    out.data = t._data
+    out.device = t._device
+    out.ndim = t._ndim
+    out.dtype = t._dtype
+    out.shape = t._shape
+    out.strides = t._strides
+    out.byte_offset = t._byte_offset
+    return 0
+
+
+cdef int _api_stream(DLDeviceType device_type, int32_t device_id, void** out) noexcept:
+    # tensorbridge runs no kernels and has no streams: NULL, the default stream.
+    if out != NULL:
+        out[0] = NULL
+    return 0
+
+
+cdef object _make_exchange_capsule():
+    _tensor_api.header.version.major = TB_DLPACK_MAJOR
+    _tensor_api.header.version.minor = TB_DLPACK_MINOR
+    _tensor_api.header.prev_api = NULL
+    _tensor_api.managed_tensor_allocator = <DLPackManagedTensorAllocator>_api_allocate
+    _tensor_api.managed_tensor_from_py_object_no_sync = \
+        <DLPackManagedTensorFromPyObjectNoSync>_api_from_py
+    _tensor_api.managed_tensor_to_py_object_no_sync = \
+        <DLPackManagedTensorToPyObjectNoSync>_api_to_py
+    _tensor_api.dltensor_from_py_object_no_sync = <DLPackDLTensorFromPyObjectNoSync>_api_dltensor
+    _tensor_api.current_work_stream = <DLPackCurrentWorkStream>_api_stream
+    return PyCapsule_New(&_tensor_api, TB_CAPSULE_EXCHANGE_API, NULL)
 
 
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
+    cdef const DLPackExchangeAPI* api
+    cdef Tensor fast
+    if device is None and _use_exchange_api and not _is_ndarray(x):
+        api = _exchange_api(x)
+        if api != NULL:
+            fast = _from_exchange_api(x, api, stream, False)
+            if fast is not None:
+                if copy is not True:
+                    return fast
+                if fast._device.device_type == kDLCPU:
+                    return _copy_contiguous(fast, fast._device)
+                # copy=True of other memory: the producer must copy (__dlpack__).
     if device is None and _is_ndarray(x):
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
@@ -2128,6 +2530,314 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     return _from_producer(x, device, copy, stream)
 
 
+# --------------------------------------------------------------------------
+# NumPy arrays through the buffer protocol (asarray and convert)
+# --------------------------------------------------------------------------
+
+cdef extern from "Python.h":
+    int _get_buffer_or_error "PyObject_GetBuffer"(object obj, Py_buffer* view, int flags)
+
+
+cdef inline int _format_code(const char* fmt) noexcept:
+    """The DLPack type code of a one-item native buffer format, or -1."""
+    if fmt == NULL:
+        return kDLUInt
+    if fmt[0] == b'@' or fmt[0] == b'=' or fmt[0] == _native_order_char:
+        fmt += 1
+    cdef char c = fmt[0]
+    if c == 0:
+        return -1
+    if fmt[1] != 0:
+        if c == b'Z' and (fmt[1] == b'f' or fmt[1] == b'd') and fmt[2] == 0:
+            return kDLComplex
+        return -1
+    if c == b'?':
+        return kDLBool
+    if c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q':
+        return kDLInt
+    if c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q':
+        return kDLUInt
+    if c == b'e' or c == b'f' or c == b'd':
+        return kDLFloat
+    return -1
+
+cdef char _native_order_char = b'<' if _sys.byteorder == "little" else b'>'
+
+
+cdef extern from "_runtime.h":
+    ctypedef struct tb_npy_descr:
+        char byteorder
+        int type_num
+    ctypedef struct tb_npy_array:
+        char* data
+        int nd
+        Py_ssize_t* dimensions
+        Py_ssize_t* strides
+        tb_npy_descr* descr
+        int flags
+    int TB_NPY_WRITEABLE
+    bint tb_npy_dtype(int type_num, uint8_t* code, uint8_t* bits) noexcept
+
+# 1: reading NumPy's struct agreed with its buffer; -1: it did not (never read
+# it again); 0: not checked yet.
+cdef int _npy_struct_state = 0
+
+
+cdef Tensor _import_ndarray(object obj):
+    """A zero-copy Tensor of a NumPy array (the same memory, shape, strides, dtype
+    and read-only flag its __dlpack__ would give, much faster), or None when DLPack
+    must be asked instead (ml_dtypes, byte-swapped or unaligned data...)."""
+    global _npy_struct_state
+    cdef Tensor t
+    if _npy_struct_state < 0:
+        return _import_ndarray_buffer(obj)
+    t = _import_ndarray_struct(obj)
+    if _npy_struct_state == 0 and t is not None:
+        _npy_struct_state = 1 if _same_description(t, _import_ndarray_buffer(obj)) else -1
+        if _npy_struct_state < 0:
+            return _import_ndarray_buffer(obj)
+    return t
+
+
+cdef bint _same_description(Tensor a, Tensor b):
+    cdef int i
+    if b is None or a._ndim != b._ndim or a._ptr() != b._ptr() or \
+            a._dtype.code != b._dtype.code or a._dtype.bits != b._dtype.bits or \
+            a._flags != b._flags:
+        return False
+    for i in range(a._ndim):
+        if a._shape[i] != b._shape[i] or (a._shape[i] > 1 and a._strides[i] != b._strides[i]):
+            return False
+    return True
+
+
+cdef Tensor _import_ndarray_struct(object obj):
+    cdef tb_npy_array* arr = <tb_npy_array*><PyObject*>obj
+    cdef tb_npy_descr* descr = arr.descr
+    cdef DLDataType dt
+    cdef int i, nd = arr.nd
+    cdef int64_t item
+    dt.lanes = 1
+    if descr == NULL or not tb_npy_dtype(descr.type_num, &dt.code, &dt.bits):
+        return None
+    if descr.byteorder != b'=' and descr.byteorder != b'|' and \
+            descr.byteorder != _native_order_char:
+        return None
+    if nd < 0 or nd > TB_MAX_NDIM or (nd > 0 and (arr.dimensions == NULL or arr.strides == NULL)):
+        return None
+    item = dt.bits // 8
+    for i in range(nd):
+        if arr.strides[i] % item:
+            return None
+    cdef Tensor t = _new_tensor()
+    t._set_ndim(nd)
+    for i in range(nd):
+        t._shape[i] = arr.dimensions[i]
+        t._strides[i] = arr.strides[i] // item
+    t._dtype = dt
+    t._data = arr.data
+    t._device.device_type = kDLCPU
+    t._device.device_id = 0
+    if not (arr.flags & TB_NPY_WRITEABLE):
+        t._flags = TB_FLAG_READ_ONLY
+    _check_layout(t, "asarray()", "numpy.ndarray")
+    Py_INCREF(obj)
+    t._managed = <void*>obj
+    t._owner_kind = OWN_OBJECT
+    return t
+
+
+cdef Tensor _import_ndarray_buffer(object obj):
+    cdef Tensor t = _new_tensor()
+    cdef Py_buffer* view = &t._buffer
+    if _get_buffer_or_error(obj, view, PyBUF_RECORDS_RO) != 0:
+        PyErr_Clear()
+        return None
+    t._owner_kind = OWN_BUFFER
+    cdef int code = _format_code(view.format)
+    cdef int i
+    cdef Py_ssize_t item = view.itemsize
+    if code < 0 or item < 1 or item > 16 or view.ndim > TB_MAX_NDIM or \
+            view.suboffsets != NULL or (view.ndim > 0 and view.shape == NULL):
+        return None
+    t._dtype.code = <uint8_t>code
+    t._dtype.bits = <uint8_t>(item * 8)
+    t._dtype.lanes = 1
+    if not _dtype_known(t._dtype):
+        return None
+    t._set_ndim(view.ndim)
+    for i in range(view.ndim):
+        t._shape[i] = view.shape[i]
+        if view.strides == NULL or view.strides[i] % item:
+            return None
+        t._strides[i] = view.strides[i] // item
+    t._data = view.buf
+    t._device.device_type = kDLCPU
+    t._device.device_id = 0
+    if view.readonly:
+        t._flags = TB_FLAG_READ_ONLY
+    _check_layout(t, "asarray()", "buffer")
+    return t
+
+
+def _ndarray_struct_state():
+    """1 when asarray reads NumPy's array struct, -1 when it fell back (for tests)."""
+    return _npy_struct_state
+
+
+# --------------------------------------------------------------------------
+# convert's fast path: sources we read in C, targets with an exchange table
+# --------------------------------------------------------------------------
+
+# Types whose tensors convert may read through their exchange table without the
+# Python-level source reading (mutable frameworks: torch, paddle); _convert.py adds them.
+cdef set _fast_sources = set()
+
+def _register_fast_source(tp):
+    _fast_sources.add(tp)
+
+
+@cython.final
+cdef class _FastTarget:
+    """What a target framework's importer takes as it is (the fast subset of
+    Framework.precopy_reasons), and its exchange table."""
+    cdef const DLPackExchangeAPI* api
+    cdef bint accept[18][129]
+    cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
+    cdef int64_t alignment
+    cdef object type_
+
+    def __init__(self, target_type, dtypes, bint negative_strides, bint noncompact,
+                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment):
+        self.api = _exchange_api_lookup(target_type)
+        if self.api == NULL:
+            raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
+        self.type_ = target_type
+        memset(self.accept, 0, sizeof(self.accept))
+        for d in dtypes:
+            self.accept[<int>d.code][<int>d.bits] = True
+        self.negative_strides = negative_strides
+        self.noncompact = noncompact
+        self.permuted = permuted
+        self.offset_ok = offset_ok
+        self.readonly_ok = readonly_ok
+        self.alignment = alignment
+
+    def __call__(self, Tensor t):
+        """The target's object for t, through its exchange table (no checks)."""
+        return _to_py(self.api, t)
+
+    cdef bint takes(self, Tensor t):
+        cdef int i
+        cdef bint negative = False, contiguous
+        if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
+            return False
+        if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
+            return False
+        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
+            return False
+        if t._byte_offset != 0 and not self.offset_ok:
+            return False
+        if self.alignment and t._size() and (<uintptr_t>t._ptr()) % self.alignment:
+            return False
+        if t._size() <= 1 or t._c_contiguous():
+            return True
+        if not (self.noncompact and self.permuted):
+            return False   # leave the finer layout rules to the planner
+        for i in range(t._ndim):
+            if t._shape[i] > 1 and t._strides[i] < 0:
+                negative = True
+        return self.negative_strides or not negative
+
+
+def _fast_convert(_FastTarget target, obj):
+    """convert(obj, target) when nothing needs planning: obj is a Tensor, a NumPy
+    array or a registered source type, and target takes it as it is. None otherwise
+    (the planner decides)."""
+    cdef Tensor t
+    cdef const DLPackExchangeAPI* api
+    if type(obj) is Tensor:
+        t = <Tensor>obj
+    elif _is_ndarray(obj):
+        t = _import_ndarray(obj)
+        if t is None:
+            return None
+    elif type(obj) in _fast_sources:
+        api = _exchange_api(obj)
+        if api == NULL:
+            return None
+        t = _from_exchange_api(obj, api, None, True)
+        if t is None:
+            return None
+    else:
+        return None
+    if not target.takes(t):
+        return None
+    return _to_py(target.api, t)
+
+
+# target (a name or module) -> _FastTarget, set by _convert._convert once it has
+# converted to that target; see _fast_convert.
+cdef dict _fast_targets = {}
+cdef object _convert_general = None
+
+
+def _set_fast_target(to, _FastTarget target):
+    _fast_targets[to] = target
+
+
+def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
+
+    Parameters
+    ----------
+    obj : object
+        Anything :func:`asarray` accepts, and the frameworks' own types (TensorFlow
+        tensors and variables, PyArrow arrays and chunked arrays, JAX arrays...).
+    to : str or module
+        ``"numpy"``, ``"torch"``, ``"jax"``, ``"paddle"``, ``"tensorflow"``, ``"mlx"``,
+        ``"cupy"``, ``"pyarrow"``, ``"array_api_strict"``, ``"tvm_ffi"``,
+        ``"tensorbridge"``, or that framework's module.
+    dtype : dtype-like, optional
+        The result's dtype (a cast, so a copy); by default the source's.
+    copy : bool, optional
+        ``None``: copy only when the target cannot take the data as it is.
+        ``True``: always a copy. ``False``: never; BufferError saying what the target
+        cannot take.
+    requires_grad : bool
+        A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
+        ValueError for targets without autograd.
+
+    Returns
+    -------
+    The target framework's array, with the source's values, shape and dtype (or
+    ``dtype``). Read-only sources stay read-only where the target can say so and are
+    copied where it cannot.
+
+    Examples
+    --------
+    >>> import numpy as np, tensorbridge as tb
+    >>> a = np.arange(6.0)[::-1]
+    >>> x = tb.convert(a, "torch")      # torch cannot take negative strides: a copy
+    >>> tb.explain(a, "torch").shares_memory
+    False
+    """
+    global _convert_general
+    cdef _FastTarget target
+    if dtype is None and device is None and copy is None and requires_grad is False and (
+            type(to) is str or type(to) is _ModuleType):
+        target = _fast_targets.get(to)
+        if target is not None:
+            result = _fast_convert(target, obj)
+            if result is not None:
+                return result
+    if _convert_general is None:
+        from tensorbridge._convert import _convert as general
+        _convert_general = general
+    return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
+                            requires_grad=requires_grad)
+
+
 cdef object _asarray_general = None
 
 
@@ -2139,14 +2849,26 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     asked) without entering the Python layer.
     """
     global _asarray_general
+    cdef const DLPackExchangeAPI* api
+    cdef Tensor fast
     if dtype is None and device is None and copy is None:
         if type(obj) is Tensor:
             return obj
         if _is_ndarray(obj):
+            fast = _import_ndarray(obj)
+            if fast is not None:
+                return fast
             try:
                 return _from_producer(obj, None, None, None)
             except BufferError:
                 pass  # e.g. ml_dtypes arrays, which NumPy cannot export: the general path
+        elif _use_exchange_api:
+            api = _exchange_api(obj)
+            if api != NULL:
+                # Torch bit views: None here, resolved (copied) by the general path.
+                fast = _from_exchange_api(obj, api, None, True)
+                if fast is not None:
+                    return fast
     if _asarray_general is None:
         from tensorbridge._creation import asarray as general
         _asarray_general = general

@@ -61,8 +61,10 @@ class Framework:
     always_copies: ClassVar[bool] = False
     #: True when it has autograd (requires_grad=).
     autograd: ClassVar[bool] = False
-    #: The import path, as `explain` describes it.
+    #: The import path, as `explain` describes it; `fallback_path` when the
+    #: framework's C exchange table is missing (older versions).
     path: ClassVar[str] = ""
+    fallback_path: ClassVar[str] = ""
     #: Quirks tensorbridge handles for this framework: (what, how it is handled).
     quirks: ClassVar[tuple[tuple[str, str], ...]] = ()
 
@@ -136,6 +138,46 @@ class Framework:
         return [f"{cls.name} always copies"] if cls.always_copies else []
 
     # -- doing it --------------------------------------------------------------
+
+    @classmethod
+    def exchange_type(cls) -> Any:
+        """The type whose DLPack C exchange table builds this framework's tensors
+        (``managed_tensor_to_py_object_no_sync``), or None."""
+        return None
+
+    @classmethod
+    def fast_target(cls) -> Any:
+        """A `_core._FastTarget` for this framework's exchange table (cached), or None."""
+        cached = cls.__dict__.get("_fast")
+        if cached is None:
+            try:
+                tp = cls.exchange_type()
+            except ImportError:
+                return None  # not installed: nothing to cache yet
+            cached = False
+            if tp is not None:
+                try:
+                    cached = _core._FastTarget(
+                        tp,
+                        [DTYPES[n] for n in cls.dtypes],
+                        cls.negative_strides,
+                        cls.noncompact_strides,
+                        cls.permuted,
+                        cls.byte_offset == "honours",
+                        cls.readonly != "writable" or cls.always_copies,
+                        cls.alignment,
+                    )
+                except TypeError:
+                    cached = False  # no usable table: the Python-level importer
+            cls._fast = cached
+        return cached or None
+
+    @classmethod
+    def import_path(cls) -> str:
+        """The path `make` takes here (with this framework's version)."""
+        if cls.fallback_path and cls.fast_target() is None:
+            return cls.fallback_path
+        return cls.path
 
     @classmethod
     def make(cls, t: Tensor) -> Any:
@@ -300,7 +342,8 @@ class TorchFramework(Framework):
     dtypes = STANDARD | TORCH_FLOAT8 | {"bfloat16"}
     negative_strides = False
     autograd = True
-    path = "torch.from_dlpack on a versioned DLPack capsule"
+    path = "torch.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
+    fallback_path = "torch.from_dlpack on a versioned DLPack capsule"
     quirks = (
         (
             "torch.from_dlpack aborts the whole process on negative strides "
@@ -325,8 +368,13 @@ class TorchFramework(Framework):
     )
 
     @classmethod
+    def exchange_type(cls) -> Any:
+        return cls.module().Tensor
+
+    @classmethod
     def make(cls, t: Tensor) -> Any:
-        return cls.module().from_dlpack(t)
+        importer = cls.fast_target()
+        return importer(t) if importer else cls.module().from_dlpack(t)
 
     @classmethod
     def set_requires_grad(cls, obj: Any) -> Any:
@@ -427,7 +475,8 @@ class PaddleFramework(Framework):
     negative_strides = False
     byte_offset = "fold"
     autograd = True
-    path = "paddle.utils.dlpack.from_dlpack on a versioned DLPack capsule"
+    path = "paddle.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
+    fallback_path = "paddle.utils.dlpack.from_dlpack on a versioned DLPack capsule"
     quirks = (
         (
             "Paddle ignores DLTensor.byte_offset: a view that starts inside its memory "
@@ -467,8 +516,14 @@ class PaddleFramework(Framework):
     )
 
     @classmethod
+    def exchange_type(cls) -> Any:
+        return cls.module().Tensor
+
+    @classmethod
     def make(cls, t: Tensor) -> Any:
-        return cls.module().utils.dlpack.from_dlpack(_folded(t))
+        importer = cls.fast_target()
+        t = _folded(t)
+        return importer(t) if importer else cls.module().utils.dlpack.from_dlpack(t)
 
     @classmethod
     def set_requires_grad(cls, obj: Any) -> Any:
@@ -765,8 +820,9 @@ class TvmFfiFramework(Framework):
     path = "tvm_ffi.from_dlpack"
     quirks = (
         (
-            "tvm_ffi.from_dlpack asks generic producers for legacy capsules, so read-only "
-            "data cannot be exported to it",
+            "tvm_ffi.from_dlpack asks generic producers for legacy capsules, and ignores "
+            "READ_ONLY in the managed tensors of C exchange tables (ours included), so "
+            "read-only data arrives writable",
             "read-only data is copied",
         ),
         (

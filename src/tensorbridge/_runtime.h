@@ -172,4 +172,57 @@ static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const in
   }
 }
 
+
+/* The head of NumPy's array and dtype structs: the fields NumPy's C API
+ * declares public and has kept in place since 1.7 (PyArrayObject_fields,
+ * PyArray_Descr up to type_num, identical in NumPy 1.x and 2.x). asarray reads
+ * them instead of asking for a buffer (which formats a string on every call);
+ * _core checks the reading against the buffer protocol on the first array it
+ * sees and stops reading if they ever disagree. */
+typedef struct {
+  PyObject ob_base;
+  PyObject *typeobj;
+  char kind;
+  char type;
+  char byteorder;
+  char former_flags;
+  int type_num;
+} tb_npy_descr;
+
+typedef struct {
+  PyObject ob_base;
+  char *data;
+  int nd;
+  Py_ssize_t *dimensions;
+  Py_ssize_t *strides;
+  PyObject *base;
+  tb_npy_descr *descr;
+  int flags;
+} tb_npy_array;
+
+#define TB_NPY_WRITEABLE 0x0400
+
+/* DLPack (code, bits) of a NumPy type number; 0 when DLPack has no such type. */
+static inline int tb_npy_dtype(int type_num, uint8_t *code, uint8_t *bits) {
+  switch (type_num) {
+    case 0: *code = kDLBool; *bits = 8; return 1;
+    case 1: *code = kDLInt; *bits = 8; return 1;
+    case 2: *code = kDLUInt; *bits = 8; return 1;
+    case 3: *code = kDLInt; *bits = 16; return 1;
+    case 4: *code = kDLUInt; *bits = 16; return 1;
+    case 5: *code = kDLInt; *bits = 8 * sizeof(int); return 1;
+    case 6: *code = kDLUInt; *bits = 8 * sizeof(int); return 1;
+    case 7: *code = kDLInt; *bits = 8 * sizeof(long); return 1;
+    case 8: *code = kDLUInt; *bits = 8 * sizeof(long); return 1;
+    case 9: *code = kDLInt; *bits = 64; return 1;
+    case 10: *code = kDLUInt; *bits = 64; return 1;
+    case 11: *code = kDLFloat; *bits = 32; return 1;
+    case 12: *code = kDLFloat; *bits = 64; return 1;
+    case 14: *code = kDLComplex; *bits = 64; return 1;
+    case 15: *code = kDLComplex; *bits = 128; return 1;
+    case 23: *code = kDLFloat; *bits = 16; return 1;
+    default: return 0;
+  }
+}
+
 #endif /* TENSORBRIDGE_RUNTIME_H_ */

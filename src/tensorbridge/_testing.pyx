@@ -245,3 +245,189 @@ def delete_after_interpreter_exit(capsule):
     _at_exit_managed = _take(capsule, &versioned)
     _at_exit_versioned = versioned
     atexit(_delete_at_exit)
+
+
+# --------------------------------------------------------------------------
+# DLPack C exchange tables: a fake producer table, and calls into any table
+# --------------------------------------------------------------------------
+
+cdef extern from "Python.h":
+    void* PyLong_AsVoidPtr(object) except? NULL
+    object PyLong_FromVoidPtr(void*)
+    PyObject* PyErr_Occurred()
+
+#: How many times the fake table's managed_tensor_from_py_object_no_sync ran.
+cdef int _table_calls = 0
+
+cdef DLPackExchangeAPI _fake_api
+cdef DLPackExchangeAPI _fake_api_null_fn
+cdef DLPackExchangeAPIHeader _fake_v2_header
+cdef DLPackExchangeAPIHeader _fake_v2_only_header
+
+
+cdef int _fake_from_py(void* obj, DLManagedTensorVersioned** out) except -1:
+    """Calls obj._table_capsule() (a versioned capsule from make_capsule) and steals
+    its managed tensor; an exception from it is the table's refusal."""
+    global _table_calls
+    _table_calls += 1
+    capsule = (<object>obj)._table_capsule()
+    cdef void* managed = PyCapsule_GetPointer(capsule, "dltensor_versioned")
+    PyCapsule_SetName(capsule, "used_dltensor_versioned")
+    out[0] = <DLManagedTensorVersioned*>managed
+    return 0
+
+
+cdef int _fake_to_py(DLManagedTensorVersioned* managed, void** out) except -1:
+    raise BufferError("the fake table makes no objects")
+
+
+cdef int _fake_alloc(DLTensor* proto, DLManagedTensorVersioned** out, void* ctx,
+                     void (*set_error)(void*, const char*, const char*) noexcept nogil
+                     ) noexcept nogil:
+    set_error(ctx, "BufferError", "the fake table allocates nothing")
+    return -1
+
+
+cdef int _fake_stream(DLDeviceType device_type, int32_t device_id, void** out) noexcept nogil:
+    out[0] = NULL
+    return 0
+
+
+cdef void _fill_fake(DLPackExchangeAPI* api, bint with_from_py) noexcept:
+    api.header.version.major = 1
+    api.header.version.minor = 3
+    api.header.prev_api = NULL
+    api.managed_tensor_allocator = _fake_alloc
+    api.managed_tensor_from_py_object_no_sync = \
+        <DLPackManagedTensorFromPyObjectNoSync>_fake_from_py if with_from_py else NULL
+    api.managed_tensor_to_py_object_no_sync = <DLPackManagedTensorToPyObjectNoSync>_fake_to_py
+    api.dltensor_from_py_object_no_sync = NULL
+    api.current_work_stream = _fake_stream
+
+_fill_fake(&_fake_api, True)
+_fill_fake(&_fake_api_null_fn, False)
+_fake_v2_header.version.major = 2
+_fake_v2_header.version.minor = 0
+_fake_v2_header.prev_api = &_fake_api.header
+_fake_v2_only_header.version.major = 2
+_fake_v2_only_header.version.minor = 0
+_fake_v2_only_header.prev_api = NULL
+
+
+def table_calls():
+    """How many times the fake table was asked for a tensor."""
+    return _table_calls
+
+
+def exchange_table(kind="capsule"):
+    """A value for a type's __dlpack_c_exchange_api__ / __c_dlpack_exchange_api__
+    pointing to the fake table. kind: "capsule" (1.3), "int" (1.2), "v2" (a major-2
+    header whose prev_api is the major-1 table), "v2-only" (no prev_api), "null-fn"
+    (managed_tensor_from_py_object_no_sync is NULL), "wrong-name"."""
+    if kind == "capsule":
+        return PyCapsule_New(&_fake_api, "dlpack_exchange_api", NULL)
+    if kind == "int":
+        return PyLong_FromVoidPtr(&_fake_api)
+    if kind == "v2":
+        return PyCapsule_New(&_fake_v2_header, "dlpack_exchange_api", NULL)
+    if kind == "v2-only":
+        return PyCapsule_New(&_fake_v2_only_header, "dlpack_exchange_api", NULL)
+    if kind == "null-fn":
+        return PyCapsule_New(&_fake_api_null_fn, "dlpack_exchange_api", NULL)
+    if kind == "wrong-name":
+        return PyCapsule_New(&_fake_api, "not_an_exchange_api", NULL)
+    raise ValueError(kind)
+
+
+cdef const DLPackExchangeAPI* _api_of(object obj) except NULL:
+    attr = type(obj).__dlpack_c_exchange_api__
+    return <const DLPackExchangeAPI*>PyCapsule_GetPointer(attr, "dlpack_exchange_api")
+
+
+cdef int _failed(int rc) except -1:
+    if rc != 0:
+        if PyErr_Occurred() != NULL:
+            return -1
+        raise SystemError("a table function failed without an exception")
+    return 0
+
+
+def table_from_py(obj):
+    """type(obj)'s managed_tensor_from_py_object_no_sync, as a C consumer calls it;
+    the managed tensor comes back in a fresh versioned capsule."""
+    cdef const DLPackExchangeAPI* api = _api_of(obj)
+    cdef DLManagedTensorVersioned* managed = NULL
+    _failed(api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed))
+    return PyCapsule_New(managed, "dltensor_versioned", tb_capsule_destructor_versioned)
+
+
+def table_to_py(api_owner, capsule):
+    """type(api_owner)'s managed_tensor_to_py_object_no_sync on the managed tensor of
+    a versioned capsule (consumed: renamed first, as the table steals it)."""
+    cdef const DLPackExchangeAPI* api = _api_of(api_owner)
+    cdef void* managed = PyCapsule_GetPointer(capsule, "dltensor_versioned")
+    PyCapsule_SetName(capsule, "used_dltensor_versioned")
+    cdef void* result = NULL
+    _failed(api.managed_tensor_to_py_object_no_sync(<DLManagedTensorVersioned*>managed, &result))
+    obj = <object>result
+    Py_DECREF(obj)
+    return obj
+
+
+def table_dltensor(obj):
+    """type(obj)'s dltensor_from_py_object_no_sync, as a dict of the DLTensor's fields."""
+    cdef const DLPackExchangeAPI* api = _api_of(obj)
+    cdef DLTensor dl
+    if api.dltensor_from_py_object_no_sync == NULL:
+        return None
+    _failed(api.dltensor_from_py_object_no_sync(<void*>obj, &dl))
+    return {
+        "data": <uintptr_t>dl.data, "device": (dl.device.device_type, dl.device.device_id),
+        "ndim": dl.ndim, "dtype": (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes),
+        "shape": tuple([dl.shape[i] for i in range(dl.ndim)]),
+        "strides": tuple([dl.strides[i] for i in range(dl.ndim)]),
+        "byte_offset": dl.byte_offset,
+    }
+
+
+cdef void _record_error(void* ctx, const char* kind, const char* message) noexcept nogil:
+    with gil:
+        (<list>ctx).append((kind.decode(), message.decode()))
+
+
+def table_allocate(api_owner, shape, dtype=(2, 32, 1), device=(1, 0), *, ndim=None):
+    """type(api_owner)'s managed_tensor_allocator for a prototype; returns a versioned
+    capsule, or raises RuntimeError("kind: message") from what SetError reported."""
+    cdef const DLPackExchangeAPI* api = _api_of(api_owner)
+    cdef DLTensor proto
+    cdef int64_t dims[64]
+    cdef DLManagedTensorVersioned* managed = NULL
+    cdef int i
+    errors = []
+    shape = tuple(shape)
+    for i in range(len(shape)):
+        dims[i] = shape[i]
+    proto.data = NULL
+    proto.device.device_type = device[0]
+    proto.device.device_id = device[1]
+    proto.ndim = len(shape) if ndim is None else ndim
+    proto.dtype.code = dtype[0]
+    proto.dtype.bits = dtype[1]
+    proto.dtype.lanes = dtype[2]
+    proto.shape = dims
+    proto.strides = NULL
+    proto.byte_offset = 0
+    if api.managed_tensor_allocator(&proto, &managed, <void*>errors, _record_error) != 0:
+        kind, message = errors[0] if errors else ("?", "no error reported")
+        raise RuntimeError(f"{kind}: {message}")
+    if errors:
+        raise AssertionError(f"SetError called on success: {errors}")
+    return PyCapsule_New(managed, "dltensor_versioned", tb_capsule_destructor_versioned)
+
+
+def table_stream(api_owner, device_type, device_id):
+    """type(api_owner)'s current_work_stream, as an int (0 for NULL)."""
+    cdef const DLPackExchangeAPI* api = _api_of(api_owner)
+    cdef void* stream = <void*>1
+    _failed(api.current_work_stream(device_type, device_id, &stream))
+    return <uintptr_t>stream

@@ -34,6 +34,8 @@ KNOWN = {
     ("pyarrow", "paddle", "*"): "Paddle ignores READ_ONLY (Arrow memory becomes writable)",
     ("pyarrow", "tvm_ffi", "*"): "pyarrow exports read-only memory as a legacy capsule, which "
     "cannot say read-only, to tvm_ffi (which asks for legacy capsules)",
+    ("tensorbridge", "tvm_ffi", "read-only"): "tvm_ffi reads our tensors through their C "
+    "exchange table and ignores the READ_ONLY flag of the managed tensor",
     ("*", "mlx", "float64"): "mx.from_dlpack narrows float64 to float32",
     ("*", "torch", "read-only"): "torch ignores READ_ONLY",
     ("*", "paddle", "read-only"): "Paddle ignores READ_ONLY",

@@ -1,0 +1,498 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The DLPack C exchange API (DLPack 1.2/1.3): tensorbridge as consumer and producer,
+and the fast paths of asarray and convert that must give what the slow paths give."""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorbridge as tb
+from tensorbridge import _core, _testing
+
+from producers import capsule_of
+
+# --------------------------------------------------------------------------
+# Consumer: fake producer types whose class carries the fake table
+# --------------------------------------------------------------------------
+
+
+def _table_type(kind="capsule", attribute="__dlpack_c_exchange_api__", device=(1, 0),
+                fail=False):
+    """A fresh producer class: the table (if any) hands out a crafted capsule of the
+    instance's array; __dlpack__ does the same and records its calls."""
+
+    class TableProducer:
+        def __init__(self, array):
+            self.array = array
+            self.dlpack_calls = []
+            self.counters = []
+
+        def _capsule(self):
+            capsule, counter = capsule_of(self.array, device=device)
+            self.counters.append(counter)
+            return capsule
+
+        def _table_capsule(self):
+            if fail:
+                raise BufferError("the fake table refuses")
+            return self._capsule()
+
+        def __dlpack_device__(self):
+            return device
+
+        def __dlpack__(self, **kwargs):
+            self.dlpack_calls.append(kwargs)
+            return self._capsule()
+
+    if kind is not None:
+        setattr(TableProducer, attribute, _testing.exchange_table(kind))
+    return TableProducer
+
+
+def _imported_through_table(cls, **kwargs):
+    a = np.arange(6.0)
+    p = cls(a)
+    before = _testing.table_calls()
+    t = tb.from_dlpack(p, **kwargs)
+    used = _testing.table_calls() - before
+    return p, a, t, used
+
+
+@pytest.mark.parametrize(
+    ("kind", "attribute"),
+    [
+        ("capsule", "__dlpack_c_exchange_api__"),  # DLPack 1.3
+        ("int", "__c_dlpack_exchange_api__"),  # DLPack 1.2
+        ("capsule", "__c_dlpack_exchange_api__"),  # transitional producers
+        ("v2", "__dlpack_c_exchange_api__"),  # a newer major linking a major-1 table
+    ],
+)
+def test_table_is_used_instead_of_dlpack(kind, attribute):
+    p, a, t, used = _imported_through_table(_table_type(kind, attribute))
+    assert used == 1 and p.dlpack_calls == []
+    assert t.data_ptr() == a.ctypes.data and t.shape == (6,)
+    np.asarray(t)[0] = -5
+    assert a[0] == -5
+    counter = p.counters[0]
+    del t
+    gc.collect()
+    assert counter.calls == 1
+
+
+@pytest.mark.parametrize("kind", ["v2-only", "null-fn", "wrong-name", None])
+def test_unusable_table_falls_back_to_dlpack(kind):
+    p, a, t, used = _imported_through_table(_table_type(kind))
+    assert used == 0
+    assert len(p.dlpack_calls) == 1 and p.dlpack_calls[0]["max_version"] == (1, 3)
+    assert t.data_ptr() == a.ctypes.data
+
+
+def test_refusing_table_falls_back_to_dlpack():
+    p, a, t, used = _imported_through_table(_table_type(fail=True))
+    assert used == 1 and len(p.dlpack_calls) == 1
+    assert t.data_ptr() == a.ctypes.data
+
+
+def test_table_added_to_a_type_later_is_seen():
+    cls = _table_type(None)
+    _, _, _, used = _imported_through_table(cls)
+    assert used == 0
+    cls.__dlpack_c_exchange_api__ = _testing.exchange_table()
+    _, _, _, used = _imported_through_table(cls)
+    assert used == 1
+    del cls.__dlpack_c_exchange_api__
+    _, _, _, used = _imported_through_table(cls)
+    assert used == 0
+
+
+def test_cuda_data_from_a_table_uses_the_stream_handshake():
+    # The table does not synchronise: CUDA data goes through __dlpack__(stream=...),
+    # unless the caller asked for no synchronisation (stream=-1).
+    cls = _table_type(device=(2, 0))
+    p, _, t, used = _imported_through_table(cls)
+    assert used == 1 and len(p.dlpack_calls) == 1 and p.dlpack_calls[0]["stream"] == 1
+    assert str(t.device) == "cuda:0"
+    gc.collect()
+    assert p.counters[0].calls == 1  # the table's tensor was released, once
+    p, _, t, used = _imported_through_table(cls, stream=-1)
+    assert used == 1 and p.dlpack_calls == []
+    p, _, t, used = _imported_through_table(cls, stream=7)
+    assert p.dlpack_calls[0]["stream"] == 7
+
+
+def test_rocm_data_from_a_table_uses_the_stream_handshake():
+    p, _, t, used = _imported_through_table(_table_type(device=(10, 0)))
+    assert len(p.dlpack_calls) == 1 and p.dlpack_calls[0]["stream"] == 0
+
+
+def test_pinned_host_memory_from_a_table_needs_no_stream():
+    p, _, t, used = _imported_through_table(_table_type(device=(3, 0)))
+    assert used == 1 and p.dlpack_calls == []
+
+
+def test_copy_and_device_requests_with_a_table():
+    p, a, t, used = _imported_through_table(_table_type(), copy=True)
+    assert used == 1 and t.data_ptr() != a.ctypes.data and t.tolist() == a.tolist()
+    p, a, t, used = _imported_through_table(_table_type(), copy=False)
+    assert t.data_ptr() == a.ctypes.data
+    # A device request goes to __dlpack__ (only it can move data).
+    p, a, t, used = _imported_through_table(_table_type(), device="cpu")
+    assert used == 0 and len(p.dlpack_calls) == 1
+
+
+def test_asarray_uses_the_table():
+    a = np.arange(3.0)
+    p = _table_type()(a)
+    before = _testing.table_calls()
+    t = tb.asarray(p)
+    assert _testing.table_calls() == before + 1 and p.dlpack_calls == []
+    assert t.data_ptr() == a.ctypes.data
+
+
+def test_table_tensors_are_validated_like_capsules():
+    class Bad(_table_type()):
+        def _table_capsule(self):
+            capsule, counter = _testing.make_capsule(0, shape=(3,), dtype=(2, 32, 1))
+            self.counters.append(counter)
+            return capsule  # NULL data with 3 elements
+
+    p = Bad(np.arange(3.0))
+    with pytest.raises(BufferError, match="DLTensor.data is NULL"):
+        tb.from_dlpack(p)
+    gc.collect()
+    assert p.counters[0].calls == 1
+
+
+def test_switch_turns_the_consumer_table_off():
+    code = (
+        "import numpy as np, tensorbridge as tb, tensorbridge._testing as T\n"
+        "class P:\n"
+        "    __dlpack_c_exchange_api__ = T.exchange_table()\n"
+        "    def __init__(self): self.a = np.arange(3.0)\n"
+        "    def _table_capsule(self): raise AssertionError('table used')\n"
+        "    def __dlpack_device__(self): return (1, 0)\n"
+        "    def __dlpack__(self, **k): return self.a.__dlpack__(**k)\n"
+        "print(tb.from_dlpack(P()).tolist(), T.table_calls())\n"
+    )
+    env = dict(os.environ, TENSORBRIDGE_NO_C_EXCHANGE_API="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["[0.0,", "1.0,", "2.0]", "0"]
+
+
+# --------------------------------------------------------------------------
+# Consumer: PyTorch's own table
+# --------------------------------------------------------------------------
+
+
+def test_torch_through_its_table_shares_memory():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(5.0)
+    assert _core._exchange_api_info(x) == ((1, 3), True)
+    t = tb.from_dlpack(x)
+    np.asarray(t)[1] = 42
+    assert x[1].item() == 42
+    assert tb.asarray(x).data_ptr() == x.data_ptr()
+
+
+@pytest.mark.parametrize("via", ["from_dlpack", "asarray"])
+def test_torch_bit_views_through_the_table(via):
+    torch = pytest.importorskip("torch")
+    z = torch.tensor([1 + 2j, 3 - 4j])
+    neg = z.conj().imag  # the negative bit: memory holds +imag, the values are -imag
+    conj = z.conj()
+    if via == "from_dlpack":
+        with pytest.raises(BufferError, match="negative bit"):
+            tb.from_dlpack(neg)
+        with pytest.raises(BufferError, match="conjugate bit"):
+            tb.from_dlpack(conj)
+    else:
+        assert tb.asarray(neg).tolist() == [-2.0, 4.0]
+        assert tb.asarray(conj).tolist() == [1 - 2j, 3 + 4j]
+
+
+def test_torch_tensor_requiring_grad_is_shared():
+    torch = pytest.importorskip("torch")
+    w = torch.ones(3, requires_grad=True)
+    assert tb.from_dlpack(w).data_ptr() == w.data_ptr()
+
+
+# --------------------------------------------------------------------------
+# Producer: Tensor.__dlpack_c_exchange_api__
+# --------------------------------------------------------------------------
+
+
+def test_tensor_publishes_both_attribute_names():
+    capsule = tb.Tensor.__dlpack_c_exchange_api__
+    assert _testing.capsule_name(capsule) == "dlpack_exchange_api"
+    assert _core._exchange_api_info(tb.asarray([1.0])) == ((1, 3), True)
+    assert isinstance(tb.Tensor.__c_dlpack_exchange_api__, int)
+
+
+def test_producer_from_py_shares_and_keeps_the_tensor_alive():
+    a = np.arange(4.0)
+    t = tb.asarray(a)
+    capsule = _testing.table_from_py(t)
+    info = _core._inspect_capsule(capsule)
+    assert info["version"] == (1, 3) and info["data"] == a.ctypes.data
+    del t
+    gc.collect()
+    u = tb.from_dlpack(capsule)
+    u[0] = 9
+    assert a[0] == 9
+
+
+def test_producer_from_py_keeps_flags():
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    info = _core._inspect_capsule(_testing.table_from_py(tb.asarray(ro)))
+    assert info["flags"] & _core.FLAG_READ_ONLY
+
+
+def test_producer_from_py_refuses_other_objects():
+    # The table may only be called with instances of its own type; a C consumer
+    # that gets that wrong gets a TypeError, not a crash.
+    class Impostor:
+        __dlpack_c_exchange_api__ = tb.Tensor.__dlpack_c_exchange_api__
+
+    with pytest.raises(TypeError, match="expected a tensorbridge.Tensor; got Impostor"):
+        _testing.table_from_py(Impostor())
+    with pytest.raises(TypeError, match="expected a tensorbridge.Tensor; got Impostor"):
+        _testing.table_dltensor(Impostor())
+
+
+def test_producer_to_py_adopts_and_validates():
+    a = np.arange(5, dtype=np.int32)
+    capsule, counter = capsule_of(a)
+    t = _testing.table_to_py(tb.asarray([0.0]), capsule)
+    assert type(t) is tb.Tensor and t.data_ptr() == a.ctypes.data and t.dtype == "int32"
+    del t
+    gc.collect()
+    assert counter.calls == 1
+    bad, counter = _testing.make_capsule(0, shape=(2,), version=(2, 0))
+    with pytest.raises(BufferError, match="DLPack 2.0"):
+        _testing.table_to_py(tb.asarray([0.0]), bad)
+    gc.collect()
+    assert counter.calls == 1  # stolen, so released on failure
+
+
+def test_producer_dltensor_view():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)[1:, ::2]
+    t = tb.asarray(a)
+    view = _testing.table_dltensor(t)
+    assert view["data"] + view["byte_offset"] == t.data_ptr()
+    assert view["shape"] == (2, 2) and view["strides"] == (4, 2)
+    assert view["dtype"] == (2, 32, 1) and view["device"] == (1, 0)
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match="read-only"):
+        _testing.table_dltensor(tb.asarray(ro))
+    with pytest.raises(BufferError, match="sub-byte"):
+        _testing.table_dltensor(tb.zeros(4, dtype="float4_e2m1fn"))
+
+
+def test_producer_allocator():
+    owner = tb.asarray([0.0])
+    capsule = _testing.table_allocate(owner, (2, 3), dtype=(0, 16, 1))
+    t = tb.from_dlpack(capsule)
+    assert t.shape == (2, 3) and t.strides == (3, 1) and t.dtype == "int16"
+    assert t.data_ptr() % 64 == 0
+    t[...] = 7
+    assert t.tolist() == [[7, 7, 7], [7, 7, 7]]
+    assert tb.from_dlpack(_testing.table_allocate(owner, ())).shape == ()
+    assert tb.from_dlpack(_testing.table_allocate(owner, (0, 5))).size == 0
+    packed = tb.from_dlpack(_testing.table_allocate(owner, (3,), dtype=(17, 4, 1)))
+    assert packed.dtype == "float4_e2m1fn" and packed.nbytes == 3  # one per byte (padded)
+    with pytest.raises(RuntimeError, match="BufferError: tensorbridge allocates CPU memory"):
+        _testing.table_allocate(owner, (2,), device=(2, 0))
+    with pytest.raises(RuntimeError, match="BufferError: .*unknown dtype code 2 bits 24"):
+        _testing.table_allocate(owner, (2,), dtype=(2, 24, 1))
+    with pytest.raises(RuntimeError, match="BufferError: .*negative or too large"):
+        _testing.table_allocate(owner, (2, -1))
+    with pytest.raises(RuntimeError, match="BufferError: .*ndim 65"):
+        _testing.table_allocate(owner, (1,), ndim=65)
+
+
+def test_producer_current_work_stream_is_the_default_stream():
+    owner = tb.asarray([0.0])
+    assert _testing.table_stream(owner, 1, 0) == 0
+    assert _testing.table_stream(owner, 2, 1) == 0
+
+
+def test_tvm_ffi_reads_tensors_through_the_table():
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = np.arange(4.0)
+    t = tb.asarray(a)
+    x = tvm_ffi.from_dlpack(t)
+    back = np.from_dlpack(x)
+    back[2] = -1
+    assert a[2] == -1
+
+
+def test_torch_makes_tensors_from_ours_through_its_table():
+    torch = pytest.importorskip("torch")
+    t = tb.arange(6, dtype="float32").reshape(2, 3)
+    x = _core._to_py_via_api(torch.Tensor, t)
+    assert isinstance(x, torch.Tensor) and x.data_ptr() == t.data_ptr()
+    assert x.tolist() == t.tolist()
+    del t
+    gc.collect()
+    assert x.sum().item() == 15  # x keeps the memory alive
+    assert _core._to_py_via_api(type(None), tb.asarray([1.0])) is None
+
+
+# --------------------------------------------------------------------------
+# asarray(ndarray) reads NumPy's struct: the same as NumPy's own DLPack export
+# --------------------------------------------------------------------------
+
+NUMPY_CASES = {
+    "float64": lambda: np.arange(6.0),
+    "bool": lambda: np.array([True, False, True]),
+    "int8": lambda: np.arange(-3, 3, dtype=np.int8),
+    "uint16": lambda: np.arange(5, dtype=np.uint16),
+    "int32": lambda: np.arange(5, dtype=np.int32),
+    "intc-long": lambda: np.arange(5, dtype=np.int_),
+    "uint64": lambda: np.arange(5, dtype=np.uint64),
+    "float16": lambda: np.arange(5, dtype=np.float16),
+    "complex64": lambda: np.arange(5, dtype=np.complex64),
+    "complex128": lambda: np.arange(5, dtype=np.complex128),
+    "0-d": lambda: np.array(3.5),
+    "size-0": lambda: np.zeros((0, 3)),
+    "transposed": lambda: np.arange(12.0).reshape(3, 4).T,
+    "negative": lambda: np.arange(12.0).reshape(3, 4)[::-1, ::-2],
+    "broadcast": lambda: np.broadcast_to(np.arange(3.0), (4, 3)),
+    "read-only": lambda: _readonly(np.arange(4.0)),
+    "offset view": lambda: np.arange(10, dtype=np.int16)[3:7],
+}
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("case", list(NUMPY_CASES))
+def test_asarray_of_ndarray_matches_dlpack_import(case):
+    a = NUMPY_CASES[case]()
+    fast = tb.asarray(a)
+    slow = tb.from_dlpack(a)  # through NumPy's __dlpack__
+    assert _core._ndarray_struct_state() == 1
+    assert (fast.shape, fast.dtype, fast.readonly) == (slow.shape, slow.dtype, slow.readonly)
+    if fast.size > 1:
+        assert fast.strides == slow.strides
+    if fast.size:
+        assert fast.data_ptr() == slow.data_ptr() == a.__array_interface__["data"][0]
+    assert fast.tolist() == a.tolist()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(4, dtype=">f4"),  # byte-swapped
+        lambda: np.zeros(3, dtype=np.longdouble),
+        lambda: np.zeros(2, dtype="datetime64[s]"),
+        lambda: np.frombuffer(b"\0" * 17, dtype=np.uint8)[1:].view(np.int32),  # unaligned
+        lambda: np.zeros(4, dtype=[("a", "<i4")]),
+    ],
+    ids=["byte-swapped", "longdouble", "datetime", "unaligned", "structured"],
+)
+def test_asarray_of_other_ndarrays_behaves_as_before(make):
+    a = make()
+    try:
+        want = tb.from_dlpack(a)
+    except (BufferError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            tb.asarray(a, copy=False)
+        return
+    got = tb.asarray(a)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_asarray_of_ndarray_keeps_the_array_alive_and_unresizable():
+    a = np.arange(5.0)
+    t = tb.asarray(a)
+    with pytest.raises(ValueError):
+        a.resize(100)  # NumPy refuses: our reference pins its memory
+    del a
+    gc.collect()
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+# --------------------------------------------------------------------------
+# convert's compiled front door gives what the planner gives
+# --------------------------------------------------------------------------
+
+
+def _sources():
+    ro = np.arange(6.0)
+    ro.flags.writeable = False
+    return {
+        "contiguous": np.arange(6.0),
+        "2-d": np.arange(6, dtype=np.int32).reshape(2, 3),
+        "transposed": np.arange(6.0).reshape(2, 3).T,
+        "step slice": np.arange(12.0)[::3],
+        "negative": np.arange(6.0)[::-1],
+        "read-only": ro,
+        "offset": np.arange(10, dtype=np.int16)[3:7],
+        "0-d": np.array(2.5),
+        "size-0": np.zeros((0, 2)),
+        "bool": np.array([True, False]),
+        "uint16": np.arange(3, dtype=np.uint16),
+        "tensor": tb.arange(4, dtype="float32"),
+        "tensor offset": tb.arange(8, dtype="float32")[2:],
+    }
+
+
+@pytest.mark.parametrize("target", ["torch", "paddle"])
+@pytest.mark.parametrize("case", list(_sources()))
+def test_fast_convert_agrees_with_the_planner(target, case):
+    pytest.importorskip(target)
+    from tensorbridge._convert import _convert
+
+    source = _sources()[case]
+    ptr = tb.asarray(source).data_ptr() if getattr(source, "size", 1) else None
+    try:
+        want = _convert(source, target)  # the planner; registers the fast target
+    except BufferError as exc:
+        with pytest.raises(BufferError, match=re.escape(str(exc))):
+            tb.convert(source, target)
+        return
+    got = tb.convert(source, target)
+    assert type(got) is type(want)
+    assert str(got.dtype) == str(want.dtype) and list(got.shape) == list(want.shape)
+    assert np.array_equal(np.asarray(got.numpy()), np.asarray(want.numpy()))
+    if ptr is not None and source.size:
+        assert (got.data_ptr() == ptr) == (want.data_ptr() == ptr)
+
+
+def test_fast_convert_is_taken_for_plain_data_only():
+    torch = pytest.importorskip("torch")
+    tb.convert(np.arange(2.0), "torch")  # registers the target
+    from tensorbridge._frameworks import FRAMEWORKS
+
+    fast = FRAMEWORKS["torch"].fast_target()
+    assert _core._fast_convert(fast, np.arange(3.0)) is not None
+    assert _core._fast_convert(fast, np.arange(3.0)[::-1]) is None  # torch: no negative
+    assert _core._fast_convert(fast, _readonly(np.arange(3.0))) is None  # read-only
+    assert _core._fast_convert(fast, [1.0, 2.0]) is None  # values: the planner
+    z = torch.tensor([1 + 2j]).conj().imag
+    assert _core._fast_convert(fast, z) is None  # torch bit views: the planner copies
+    assert tb.convert(z, "torch").tolist() == [-2.0]
+
+
+def test_convert_with_options_is_planned():
+    torch = pytest.importorskip("torch")
+    a = np.arange(3.0)
+    tb.convert(a, "torch")
+    assert tb.convert(a, "torch", copy=True).data_ptr() != a.ctypes.data
+    assert tb.convert(a, "torch", dtype="float32").dtype == torch.float32
+    assert tb.convert(a, torch).data_ptr() == a.ctypes.data  # a module as target
+    w = tb.convert(a, "torch", requires_grad=True)
+    assert w.requires_grad and w.is_leaf
