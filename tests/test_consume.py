@@ -129,10 +129,36 @@ def test_no_stream_is_passed_for_pinned_host_memory(device):
     ],
 )
 def test_gpu_producers_get_the_callers_stream_or_the_default(device, stream, expected):
+    tb.from_dlpack(fake_device_producer(device))  # the Producer type is known for GPU data
     p = fake_device_producer(device)
     t = tb.from_dlpack(p, stream=stream)
     assert p.calls == [{"max_version": (1, 3), "stream": expected}]
     assert t.device == device
+
+
+def test_device_is_not_asked_until_a_type_exports_gpu_memory():
+    # __dlpack_device__ can cost microseconds (JAX: 1.7 µs). Types that only ever
+    # exported host memory are asked for the capsule directly, with no stream (right
+    # for host memory); a capsule of GPU memory is released, the handshake follows,
+    # and that type gets the handshake first from then on.
+    class Fresh(Producer):
+        def __dlpack_device__(self):
+            self.device_calls = getattr(self, "device_calls", 0) + 1
+            return super().__dlpack_device__()
+
+    host = Fresh(lambda **kw: capsule_of(np.arange(3.0)), device=(1, 0))
+    tb.from_dlpack(host)
+    assert host.calls == [{"max_version": (1, 3)}] and not hasattr(host, "device_calls")
+
+    gpu = fake_device_producer((2, 0))
+    gpu.__class__ = type("FreshGPU", (Fresh,), {})
+    t = tb.from_dlpack(gpu)
+    assert gpu.calls == [{"max_version": (1, 3)}, {"max_version": (1, 3), "stream": 1}]
+    assert gpu.counters[0].calls == 1 and str(t.device) == "cuda:0"
+    again = fake_device_producer((2, 0))
+    again.__class__ = gpu.__class__
+    tb.from_dlpack(again)
+    assert again.calls == [{"max_version": (1, 3), "stream": 1}]
 
 
 def test_stream_zero_is_refused_for_cuda():

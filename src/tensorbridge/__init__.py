@@ -12,9 +12,18 @@ Importing tensorbridge imports no array framework, not even NumPy.
 from tensorbridge._version import __version__
 from tensorbridge._dtypes import DType, DTYPES as _DTYPES, get_default_dtype, set_default_dtype
 from tensorbridge._devices import DLDeviceType, Device
-from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, from_dlpack, to_dlpack
+from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, convert, from_dlpack, to_dlpack
 from tensorbridge._creation import arange, empty, full, ones, zeros
-from tensorbridge._convert import Plan, convert, explain
+
+
+def __getattr__(name: str):
+    # explain and Plan need the planner (dataclasses, the framework table), which
+    # would double the import time; they are loaded on first use.
+    if name in ("explain", "Plan"):
+        from tensorbridge import _convert
+
+        return getattr(_convert, name)
+    raise AttributeError(f"module 'tensorbridge' has no attribute {name!r}")
 
 # One module attribute per DType: tensorbridge.float32, tensorbridge.bool, ...
 globals().update(_DTYPES)

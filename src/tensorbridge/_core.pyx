@@ -167,6 +167,7 @@ cdef object _max_version_arg = (TB_DLPACK_MAJOR, TB_DLPACK_MINOR)
 # --------------------------------------------------------------------------
 
 @cython.final
+@cython.freelist(16)
 cdef class Tensor:
     """A strided, typed view of memory shared through DLPack.
 
@@ -2133,6 +2134,10 @@ cdef inline const DLPackExchangeAPI* _exchange_api(object x):
     return api
 
 
+# Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
+cdef set _stream_types = set()
+
+
 cdef inline bint _needs_stream(int32_t device_type) noexcept:
     return device_type == kDLCUDA or device_type == kDLCUDAManaged or device_type == kDLROCM
 
@@ -2157,6 +2162,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
             f"major version {TB_DLPACK_MAJOR}")
     _fill(t, &managed.dl_tensor, managed.flags)
     if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
+        _stream_types.add(type(x))  # the handshake comes next, and first from now on
         return None     # t releases the managed tensor
     what = _torch_bits(x, t._dtype.code != kDLComplex)
     if what is not None:
@@ -2363,21 +2369,81 @@ cdef object _make_exchange_capsule():
     return PyCapsule_New(&_tensor_api, TB_CAPSULE_EXCHANGE_API, NULL)
 
 
+cdef Tensor _from_dlpack_unqueried(object x, object copy):
+    """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
+    costs JAX 1.7 µs): no stream is passed, which is right for host memory. When
+    the capsule holds CUDA/ROCm memory it is released and None returned, so the
+    caller does the stream handshake (the second and last __dlpack__ call). A
+    producer that refuses max_version gets the legacy call, with the stream its
+    device needs. A type that once exported GPU memory is not asked this way again."""
+    cdef int mask = KW_COPY if copy is False else 0
+    cdef DLDevice source
+    cdef Tensor t
+    cdef bint handshake = False
+    tp = type(x)
+    if not (hasattr(tp, "__dlpack_device__") and hasattr(tp, "__dlpack__")):
+        return None   # the full path raises the precise TypeError
+    _check_torch_bits(x)
+    try:
+        capsule = _call_dlpack(x, mask, None, None, copy)
+    except TypeError as exc:
+        if mask:
+            raise
+        # A producer older than the 2023.12 keywords: the legacy call, once.
+        source = _producer_device(x)
+        handshake = True
+        try:
+            if source.device_type == kDLROCM:
+                capsule = _call_dlpack_legacy(x, KW_STREAM, 0)
+            elif _needs_stream(source.device_type):
+                capsule = _call_dlpack_legacy(x, KW_STREAM, 1)
+            else:
+                capsule = _call_dlpack_legacy(x, 0, None)
+        except TypeError as exc2:
+            raise exc2 from exc
+    if not PyCapsule_CheckExact(capsule):
+        raise TypeError(
+            f"from_dlpack(): {type(x).__name__}.__dlpack__() returned "
+            f"{type(capsule).__name__}; expected a PyCapsule")
+    t = _import_capsule(capsule)
+    if not handshake and _needs_stream(t._device.device_type):
+        # Released; the caller asks again, with the stream. This type has GPU
+        # data, so it gets the handshake first from now on.
+        _stream_types.add(tp)
+        return None
+    if copy is False and (t._flags & TB_FLAG_IS_COPIED):
+        raise _CopyNeeded(
+            f"from_dlpack(): copy=False, but {type(x).__name__} could only export a copy")
+    return t
+
+
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
     cdef const DLPackExchangeAPI* api
     cdef Tensor fast
-    if device is None and _use_exchange_api and not _is_ndarray(x):
-        api = _exchange_api(x)
-        if api != NULL:
-            fast = _from_exchange_api(x, api, stream, False)
+    cdef bint ndarray = _is_ndarray(x)
+    if device is None and ndarray:
+        # NumPy's array struct says what its __dlpack__ would (checked once
+        # against its buffer), at a fraction of the cost.
+        fast = _import_ndarray(x)
+        if fast is not None:
+            return _copy_contiguous(fast, fast._device) if copy is True else fast
+    elif device is None:
+        if _use_exchange_api:
+            api = _exchange_api(x)
+            if api != NULL:
+                fast = _from_exchange_api(x, api, stream, False)
+                if fast is not None:
+                    if copy is not True:
+                        return fast
+                    if fast._device.device_type == kDLCPU:
+                        return _copy_contiguous(fast, fast._device)
+                    # copy=True of other memory: the producer must copy (__dlpack__).
+        if stream is None and copy is not True and type(x) not in _stream_types:
+            fast = _from_dlpack_unqueried(x, copy)
             if fast is not None:
-                if copy is not True:
-                    return fast
-                if fast._device.device_type == kDLCPU:
-                    return _copy_contiguous(fast, fast._device)
-                # copy=True of other memory: the producer must copy (__dlpack__).
-    if device is None and _is_ndarray(x):
+                return fast
+    if device is None and ndarray:
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
         source.device_type = kDLCPU

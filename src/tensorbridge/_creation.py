@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import Any
+from _collections_abc import Sequence  # loaded at startup; collections.abc is not
+TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
+if TYPE_CHECKING:
+    from typing import Any
 
 from tensorbridge import _core
 from tensorbridge._core import Tensor, _CopyNeeded, from_dlpack

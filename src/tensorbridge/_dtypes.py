@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DTYPES",
