@@ -2062,9 +2062,13 @@ cdef struct _ApiSlot:
     void* tp
     unsigned int tag
     const DLPackExchangeAPI* api
+    int flags               # TI_* facts about the type
 
 cdef enum:
     API_SLOTS = 64
+    TI_PROTOCOL = 1         # the type has __dlpack__ and __dlpack_device__
+    TI_TORCH = 2            # a torch tensor type (bit views must be checked)
+    TI_STREAM = 4           # it has exported CUDA/ROCm memory (see _stream_types)
 
 cdef _ApiSlot _api_slots[API_SLOTS]
 memset(_api_slots, 0, sizeof(_api_slots))
@@ -2119,23 +2123,45 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
     return api
 
 
-cdef inline const DLPackExchangeAPI* _exchange_api(object x):
-    """type(x)'s usable exchange table, or NULL (cached per type)."""
+# Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
+cdef set _stream_types = set()
+
+
+cdef _ApiSlot* _type_slot(object x):
+    """What tensorbridge knows about type(x): its exchange table and TI_* flags
+    (cached per type; read the fields before calling into Python again)."""
     cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
     cdef _ApiSlot* slot = &_api_slots[(<uintptr_t>tp >> 5) % API_SLOTS]
     if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.tag != 0:
-        return slot.api
-    cdef const DLPackExchangeAPI* api = _exchange_api_lookup(type(x))
+        return slot
+    cls = type(x)
+    cdef const DLPackExchangeAPI* api = _exchange_api_lookup(cls)
+    cdef int flags = 0
+    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
+        flags |= TI_PROTOCOL
+    module = getattr(cls, "__module__", "") or ""
+    if isinstance(module, str) and module.split(".")[0] == "torch" and hasattr(cls, "is_neg"):
+        flags |= TI_TORCH
+    if cls in _stream_types:
+        flags |= TI_STREAM
     # The lookups above gave the type a version tag if it can have one; a type
     # without one (tag 0) is looked up every time.
     slot.tp = <void*>tp
     slot.tag = tp.tp_version_tag
     slot.api = api
-    return api
+    slot.flags = flags
+    return slot
 
 
-# Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
-cdef set _stream_types = set()
+cdef inline const DLPackExchangeAPI* _exchange_api(object x):
+    """type(x)'s usable exchange table, or NULL (cached per type)."""
+    return _type_slot(x).api
+
+
+cdef void _mark_stream_type(object x):
+    _stream_types.add(type(x))
+    cdef _ApiSlot* slot = _type_slot(x)
+    slot.flags |= TI_STREAM
 
 
 cdef inline bint _needs_stream(int32_t device_type) noexcept:
@@ -2162,7 +2188,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
             f"major version {TB_DLPACK_MAJOR}")
     _fill(t, &managed.dl_tensor, managed.flags)
     if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
-        _stream_types.add(type(x))  # the handshake comes next, and first from now on
+        _mark_stream_type(x)  # the handshake comes next, and first from now on
         return None     # t releases the managed tensor
     what = _torch_bits(x, t._dtype.code != kDLComplex)
     if what is not None:
@@ -2369,7 +2395,7 @@ cdef object _make_exchange_capsule():
     return PyCapsule_New(&_tensor_api, TB_CAPSULE_EXCHANGE_API, NULL)
 
 
-cdef Tensor _from_dlpack_unqueried(object x, object copy):
+cdef Tensor _from_dlpack_unqueried(object x, object copy, bint torch):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
     costs JAX 1.7 µs): no stream is passed, which is right for host memory. When
     the capsule holds CUDA/ROCm memory it is released and None returned, so the
@@ -2380,10 +2406,8 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy):
     cdef DLDevice source
     cdef Tensor t
     cdef bint handshake = False
-    tp = type(x)
-    if not (hasattr(tp, "__dlpack_device__") and hasattr(tp, "__dlpack__")):
-        return None   # the full path raises the precise TypeError
-    _check_torch_bits(x)
+    if torch:
+        _check_torch_bits(x)
     try:
         capsule = _call_dlpack(x, mask, None, None, copy)
     except TypeError as exc:
@@ -2409,7 +2433,7 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy):
     if not handshake and _needs_stream(t._device.device_type):
         # Released; the caller asks again, with the stream. This type has GPU
         # data, so it gets the handshake first from now on.
-        _stream_types.add(tp)
+        _mark_stream_type(x)
         return None
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
@@ -2422,6 +2446,8 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef const DLPackExchangeAPI* api
     cdef Tensor fast
     cdef bint ndarray = _is_ndarray(x)
+    cdef _ApiSlot* slot
+    cdef int flags
     if device is None and ndarray:
         # NumPy's array struct says what its __dlpack__ would (checked once
         # against its buffer), at a fraction of the cost.
@@ -2429,8 +2455,10 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
         if fast is not None:
             return _copy_contiguous(fast, fast._device) if copy is True else fast
     elif device is None:
+        slot = _type_slot(x)
+        api = slot.api
+        flags = slot.flags
         if _use_exchange_api:
-            api = _exchange_api(x)
             if api != NULL:
                 fast = _from_exchange_api(x, api, stream, False)
                 if fast is not None:
@@ -2439,8 +2467,11 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
                     if fast._device.device_type == kDLCPU:
                         return _copy_contiguous(fast, fast._device)
                     # copy=True of other memory: the producer must copy (__dlpack__).
-        if stream is None and copy is not True and type(x) not in _stream_types:
-            fast = _from_dlpack_unqueried(x, copy)
+                flags = _type_slot(x).flags   # the table may have found GPU memory
+        if stream is None and copy is not True and \
+                (flags & (TI_PROTOCOL | TI_STREAM)) == TI_PROTOCOL:
+            # (a type without the protocol goes on, to the precise TypeError)
+            fast = _from_dlpack_unqueried(x, copy, flags & TI_TORCH)
             if fast is not None:
                 return fast
     if device is None and ndarray:
