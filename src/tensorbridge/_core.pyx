@@ -142,7 +142,14 @@ cdef inline size_t _itemsize(DLDataType dt) noexcept nogil:
 # Cached __dlpack_device__() answers for device_id 0, per device type.
 cdef dict _dlpack_device_cache = {}
 
+cdef object _cpu_device_tuple = None
+
 cdef object _dlpack_device_tuple(DLDevice dev):
+    global _cpu_device_tuple
+    if dev.device_type == kDLCPU and dev.device_id == 0:
+        if _cpu_device_tuple is None:
+            _cpu_device_tuple = (_DLDeviceType(kDLCPU), 0)
+        return _cpu_device_tuple
     key = (<int64_t>dev.device_type << 32) | <uint32_t>dev.device_id
     result = _dlpack_device_cache.get(key)
     if result is None:
@@ -1959,17 +1966,24 @@ cdef DLDevice _requested_device(object device) except *:
 
 
 cdef PyTypeObject* _ndarray_type = NULL
+cdef PyTypeObject* _not_ndarray_type = NULL   # the last other type asked about
 
 cdef inline bint _is_ndarray(object x) noexcept:
     """Exactly numpy.ndarray (found by name, so NumPy is never imported)."""
-    global _ndarray_type
+    global _ndarray_type, _not_ndarray_type
     cdef PyTypeObject* tp = Py_TYPE(x)
     if tp == _ndarray_type:
         return True
-    if _ndarray_type == NULL and strcmp(tp.tp_name, "numpy.ndarray") == 0 and \
+    if _ndarray_type != NULL or tp == _not_ndarray_type:
+        return False
+    if strcmp(tp.tp_name, "numpy.ndarray") == 0 and \
             not (tp.tp_flags & Py_TPFLAGS_HEAPTYPE):   # NumPy's is a static type
         _ndarray_type = tp
         return True
+    # A static type cannot die, so its address is never reused; heap types are
+    # not remembered (another type could later take the address).
+    if not (tp.tp_flags & Py_TPFLAGS_HEAPTYPE):
+        _not_ndarray_type = tp
     return False
 
 
@@ -2441,39 +2455,43 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, bint torch):
     return t
 
 
-cdef Tensor _from_producer(object x, object device, object copy, object stream):
-    cdef DLDevice source
+cdef Tensor _from_producer_fast(object x, object copy, object stream):
+    """The exchanges that need no device query (no device= request): NumPy arrays
+    read in C, exchange tables, and producer types that only exported host memory.
+    None: the full negotiation (_from_producer) decides."""
     cdef const DLPackExchangeAPI* api
     cdef Tensor fast
-    cdef bint ndarray = _is_ndarray(x)
     cdef _ApiSlot* slot
     cdef int flags
-    if device is None and ndarray:
+    if _is_ndarray(x):
         # NumPy's array struct says what its __dlpack__ would (checked once
         # against its buffer), at a fraction of the cost.
         fast = _import_ndarray(x)
         if fast is not None:
             return _copy_contiguous(fast, fast._device) if copy is True else fast
-    elif device is None:
-        slot = _type_slot(x)
-        api = slot.api
-        flags = slot.flags
-        if _use_exchange_api:
-            if api != NULL:
-                fast = _from_exchange_api(x, api, stream, False)
-                if fast is not None:
-                    if copy is not True:
-                        return fast
-                    if fast._device.device_type == kDLCPU:
-                        return _copy_contiguous(fast, fast._device)
-                    # copy=True of other memory: the producer must copy (__dlpack__).
-                flags = _type_slot(x).flags   # the table may have found GPU memory
-        if stream is None and copy is not True and \
-                (flags & (TI_PROTOCOL | TI_STREAM)) == TI_PROTOCOL:
-            # (a type without the protocol goes on, to the precise TypeError)
-            fast = _from_dlpack_unqueried(x, copy, flags & TI_TORCH)
-            if fast is not None:
+        return None
+    slot = _type_slot(x)
+    api = slot.api
+    flags = slot.flags
+    if _use_exchange_api and api != NULL:
+        fast = _from_exchange_api(x, api, stream, False)
+        if fast is not None:
+            if copy is not True:
                 return fast
+            if fast._device.device_type == kDLCPU:
+                return _copy_contiguous(fast, fast._device)
+            # copy=True of other memory: the producer must copy (__dlpack__).
+        flags = _type_slot(x).flags   # the table may have found GPU memory
+    if stream is None and copy is not True and \
+            (flags & (TI_PROTOCOL | TI_STREAM)) == TI_PROTOCOL:
+        # (a type without the protocol goes on, to the precise TypeError)
+        return _from_dlpack_unqueried(x, copy, flags & TI_TORCH)
+    return None
+
+
+cdef Tensor _from_producer(object x, object device, object copy, object stream):
+    cdef DLDevice source
+    cdef bint ndarray = _is_ndarray(x)
     if device is None and ndarray:
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
@@ -2624,6 +2642,11 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
         return _view(<Tensor>x)
     if PyCapsule_CheckExact(x):
         return _from_capsule_arg(x, device, copy, stream)
+    cdef Tensor t
+    if device is None:
+        t = _from_producer_fast(x, copy, stream)
+        if t is not None:
+            return t
     return _from_producer(x, device, copy, stream)
 
 
