@@ -45,6 +45,11 @@ class Producer:
         device: tuple[int, int] = (1, 0),
         accepts: tuple[str, ...] = NEW_KEYWORDS,
     ) -> None:
+        if "max_version" not in accepts and type(self) is Producer:
+            # A real producer type has one __dlpack__ signature, and tensorbridge
+            # remembers per type which call it takes: each old-style producer gets
+            # a type of its own (a test that wants a shared type assigns one).
+            self.__class__ = type("LegacyProducer", (LegacyProducer,), {})
         self.make = make
         self.device = device
         self.accepts = accepts
@@ -65,6 +70,10 @@ class Producer:
             self.counters.append(counter)
             return capsule
         return result
+
+
+class LegacyProducer(Producer):
+    """A producer type whose __dlpack__ predates max_version (DLPack < 1.0)."""
 
 
 def numpy_producer(array: np.ndarray, **kwargs: Any) -> Producer:

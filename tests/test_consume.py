@@ -49,6 +49,7 @@ def test_never_calls_dlpack_more_than_twice():
         raise TypeError("broken producer")
 
     p = Producer(always_typeerror)
+    p.__class__ = type("Broken", (Producer,), {})
     with pytest.raises(TypeError, match="broken producer"):
         tb.from_dlpack(p)
     assert len(p.calls) == 2
@@ -134,6 +135,29 @@ def test_gpu_producers_get_the_callers_stream_or_the_default(device, stream, exp
     t = tb.from_dlpack(p, stream=stream)
     assert p.calls == [{"max_version": (1, 3), "stream": expected}]
     assert t.device == device
+
+
+def test_a_type_that_refused_max_version_is_asked_the_legacy_way_first():
+    # At most two __dlpack__ calls in all, and from the second exchange on, one.
+    first = legacy_producer(np.arange(3.0))
+    tb.from_dlpack(first)
+    assert first.calls == [{"max_version": (1, 3)}, {}]
+    second = legacy_producer(np.arange(3.0))
+    second.__class__ = first.__class__
+    assert tb.from_dlpack(second).tolist() == [0.0, 1.0, 2.0]
+    assert second.calls == [{}]
+    gpu = fake_device_producer((2, 0), accepts=("stream",))
+    gpu.__class__ = type("LegacyGPU", (type(gpu),), {})
+    tb.from_dlpack(gpu)  # versioned refused, then the legacy call with the stream
+    assert gpu.calls == [{"max_version": (1, 3)}, {"stream": 1}]
+    again = fake_device_producer((2, 0), accepts=("stream",))
+    again.__class__ = gpu.__class__
+    tb.from_dlpack(again)  # legacy without a stream: GPU memory, so released; the handshake
+    assert again.calls == [{}, {"stream": 1}] and again.counters[0].calls == 1
+    third = fake_device_producer((2, 0), accepts=("stream",))
+    third.__class__ = gpu.__class__
+    tb.from_dlpack(third)
+    assert third.calls == [{"stream": 1}]
 
 
 def test_device_is_not_asked_until_a_type_exports_gpu_memory():

@@ -2083,6 +2083,7 @@ cdef enum:
     TI_PROTOCOL = 1         # the type has __dlpack__ and __dlpack_device__
     TI_TORCH = 2            # a torch tensor type (bit views must be checked)
     TI_STREAM = 4           # it has exported CUDA/ROCm memory (see _stream_types)
+    TI_LEGACY = 8           # its __dlpack__ refused max_version (see _legacy_types)
 
 cdef _ApiSlot _api_slots[API_SLOTS]
 memset(_api_slots, 0, sizeof(_api_slots))
@@ -2158,6 +2159,8 @@ cdef _ApiSlot* _type_slot(object x):
         flags |= TI_TORCH
     if cls in _stream_types:
         flags |= TI_STREAM
+    if cls in _legacy_types:
+        flags |= TI_LEGACY
     # The lookups above gave the type a version tag if it can have one; a type
     # without one (tag 0) is looked up every time.
     slot.tp = <void*>tp
@@ -2176,6 +2179,17 @@ cdef void _mark_stream_type(object x):
     _stream_types.add(type(x))
     cdef _ApiSlot* slot = _type_slot(x)
     slot.flags |= TI_STREAM
+
+
+# Producer types whose __dlpack__ refused max_version with TypeError and then
+# exported with the legacy call: asked the legacy way first from then on.
+cdef set _legacy_types = set()
+
+
+cdef void _mark_legacy_type(object x):
+    _legacy_types.add(type(x))
+    cdef _ApiSlot* slot = _type_slot(x)
+    slot.flags |= TI_LEGACY
 
 
 cdef inline bint _needs_stream(int32_t device_type) noexcept:
@@ -2409,7 +2423,7 @@ cdef object _make_exchange_capsule():
     return PyCapsule_New(&_tensor_api, TB_CAPSULE_EXCHANGE_API, NULL)
 
 
-cdef Tensor _from_dlpack_unqueried(object x, object copy, bint torch):
+cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
     costs JAX 1.7 µs): no stream is passed, which is right for host memory. When
     the capsule holds CUDA/ROCm memory it is released and None returned, so the
@@ -2420,25 +2434,29 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, bint torch):
     cdef DLDevice source
     cdef Tensor t
     cdef bint handshake = False
-    if torch:
+    if flags & TI_TORCH:
         _check_torch_bits(x)
-    try:
-        capsule = _call_dlpack(x, mask, None, None, copy)
-    except TypeError as exc:
-        if mask:
-            raise
-        # A producer older than the 2023.12 keywords: the legacy call, once.
-        source = _producer_device(x)
-        handshake = True
+    if (flags & TI_LEGACY) and not mask:
+        capsule = _call_dlpack_legacy(x, 0, None)   # known to refuse max_version
+    else:
         try:
-            if source.device_type == kDLROCM:
-                capsule = _call_dlpack_legacy(x, KW_STREAM, 0)
-            elif _needs_stream(source.device_type):
-                capsule = _call_dlpack_legacy(x, KW_STREAM, 1)
-            else:
-                capsule = _call_dlpack_legacy(x, 0, None)
-        except TypeError as exc2:
-            raise exc2 from exc
+            capsule = _call_dlpack(x, mask, None, None, copy)
+        except TypeError as exc:
+            if mask:
+                raise
+            # A producer older than the 2023.12 keywords: the legacy call, once.
+            source = _producer_device(x)
+            handshake = True
+            try:
+                if source.device_type == kDLROCM:
+                    capsule = _call_dlpack_legacy(x, KW_STREAM, 0)
+                elif _needs_stream(source.device_type):
+                    capsule = _call_dlpack_legacy(x, KW_STREAM, 1)
+                else:
+                    capsule = _call_dlpack_legacy(x, 0, None)
+            except TypeError as exc2:
+                raise exc2 from exc
+            _mark_legacy_type(x)
     if not PyCapsule_CheckExact(capsule):
         raise TypeError(
             f"from_dlpack(): {type(x).__name__}.__dlpack__() returned "
@@ -2485,13 +2503,14 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
     if stream is None and copy is not True and \
             (flags & (TI_PROTOCOL | TI_STREAM)) == TI_PROTOCOL:
         # (a type without the protocol goes on, to the precise TypeError)
-        return _from_dlpack_unqueried(x, copy, flags & TI_TORCH)
+        return _from_dlpack_unqueried(x, copy, flags)
     return None
 
 
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
     cdef bint ndarray = _is_ndarray(x)
+    cdef bint legacy_first = False
     if device is None and ndarray:
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
@@ -2528,16 +2547,22 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     elif copy is False:
         mask |= KW_COPY
 
+    if not (mask & (KW_DEVICE | KW_COPY)) and (_type_slot(x).flags & TI_LEGACY):
+        legacy_first = True     # known to refuse max_version: the legacy call only
     try:
-        capsule = _call_dlpack(x, mask, stream_arg, dl_device, copy)
+        if legacy_first:
+            capsule = _call_dlpack_legacy(x, mask, stream_arg)
+        else:
+            capsule = _call_dlpack(x, mask, stream_arg, dl_device, copy)
     except TypeError as exc:
-        if mask & (KW_DEVICE | KW_COPY):
+        if legacy_first or mask & (KW_DEVICE | KW_COPY):
             raise
         # A producer older than the 2023.12 keywords: the legacy call, once.
         try:
             capsule = _call_dlpack_legacy(x, mask, stream_arg)
         except TypeError as exc2:
             raise exc2 from exc
+        _mark_legacy_type(x)
     except BufferError as exc:
         if mask & KW_DEVICE:
             raise BufferError(
