@@ -137,6 +137,11 @@ def build_cases(producers: dict, consumers: dict) -> tuple[dict, dict]:
                 failures[_case_name(cname, pname)] = type(exc).__name__
                 continue
             cases[_case_name(cname, pname)] = case
+    if "torch" in producers:
+        # What the PyTorch bit-view guard costs: one is_neg() call (it releases and
+        # retakes the GIL); tensorbridge makes it on every torch import.
+        x = producers["torch"]()
+        cases["torch.Tensor.is_neg<-torch"] = (type(x).is_neg, x)
     for target in ("torch", "paddle"):
         if target not in consumers:
             continue
@@ -271,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     rows += [f"convert->{t}" for t in ("torch", "paddle") if t in consumers]
     print(matrix_table(results, failures, names, rows))
     print()
+    guard = _median(results, "torch.Tensor.is_neg", "torch")
+    if guard is not None:
+        print(f"torch.Tensor.is_neg(), which tensorbridge calls on every torch import so "
+              f"that bit views (z.conj().imag) are never read with the wrong sign: "
+              f"{guard:.3f} µs")
+        print()
     print(f"import tensorbridge: {imports['cumulative_us_median'] / 1000:.1f} ms cumulative "
           f"(-X importtime, median of {len(imports['cumulative_us_all'])} fresh processes); "
           f"frameworks loaded by it: {imports['frameworks_loaded']}"

@@ -2775,7 +2775,10 @@ cdef Tensor _import_ndarray_struct(object obj):
         if arr.strides[i] % item:
             return None
     cdef Tensor t = _new_tensor()
-    t._set_ndim(nd)
+    if nd <= TB_INLINE_NDIM:
+        t._ndim = nd            # a fresh Tensor's shape and strides are inline
+    else:
+        t._set_ndim(nd)
     for i in range(nd):
         t._shape[i] = arr.dimensions[i]
         t._strides[i] = arr.strides[i] // item
