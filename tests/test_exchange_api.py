@@ -450,10 +450,11 @@ def _sources():
     }
 
 
-@pytest.mark.parametrize("target", ["torch", "paddle"])
+@pytest.mark.parametrize("target", ["torch", "paddle", "numpy", "tensorbridge"])
 @pytest.mark.parametrize("case", list(_sources()))
 def test_fast_convert_agrees_with_the_planner(target, case):
-    pytest.importorskip(target)
+    if target != "tensorbridge":
+        pytest.importorskip(target)
     from tensorbridge._convert import _convert
 
     source = _sources()[case]
@@ -467,9 +468,11 @@ def test_fast_convert_agrees_with_the_planner(target, case):
     got = tb.convert(source, target)
     assert type(got) is type(want)
     assert str(got.dtype) == str(want.dtype) and list(got.shape) == list(want.shape)
-    assert np.array_equal(np.asarray(got.numpy()), np.asarray(want.numpy()))
+    mine, theirs = tb.asarray(got), tb.asarray(want)
+    assert mine.readonly == theirs.readonly
+    assert np.array_equal(np.asarray(mine), np.asarray(theirs))
     if ptr is not None and source.size:
-        assert (got.data_ptr() == ptr) == (want.data_ptr() == ptr)
+        assert (mine.data_ptr() == ptr) == (theirs.data_ptr() == ptr)
 
 
 def test_fast_convert_is_taken_for_plain_data_only():

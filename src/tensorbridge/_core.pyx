@@ -2854,12 +2854,17 @@ cdef class _FastTarget:
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
     cdef int64_t alignment
     cdef object type_
+    cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
 
     def __init__(self, target_type, dtypes, bint negative_strides, bint noncompact,
-                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment):
-        self.api = _exchange_api_lookup(target_type)
-        if self.api == NULL:
-            raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
+                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
+                 maker=None):
+        self.maker = maker
+        self.api = NULL
+        if maker is None:
+            self.api = _exchange_api_lookup(target_type)
+            if self.api == NULL:
+                raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
         self.type_ = target_type
         memset(self.accept, 0, sizeof(self.accept))
         for d in dtypes:
@@ -2872,8 +2877,15 @@ cdef class _FastTarget:
         self.alignment = alignment
 
     def __call__(self, Tensor t):
-        """The target's object for t, through its exchange table (no checks)."""
-        return _to_py(self.api, t)
+        """The target's object for t (no checks)."""
+        return self.make(t)
+
+    cdef object make(self, Tensor t):
+        if self.maker is None:
+            return _to_py(self.api, t)
+        if self.maker == "identity":
+            return t
+        return self.maker(t)
 
     cdef bint takes(self, Tensor t):
         cdef int i
@@ -2921,7 +2933,7 @@ def _fast_convert(_FastTarget target, obj):
         return None
     if not target.takes(t):
         return None
-    return _to_py(target.api, t)
+    return target.make(t)
 
 
 # target (a name or module) -> _FastTarget, set by _convert._convert once it has

@@ -146,26 +146,38 @@ class Framework:
         return None
 
     @classmethod
+    def fast_maker(cls) -> Any:
+        """For frameworks without an exchange table: what makes the result from a
+        Tensor it takes as it is ("identity" for the Tensor itself), or None."""
+        return None
+
+    #: The dtypes the fast path may hand over (default: `dtypes`).
+    fast_dtypes: ClassVar[frozenset[str] | None] = None
+
+    @classmethod
     def fast_target(cls) -> Any:
-        """A `_core._FastTarget` for this framework's exchange table (cached), or None."""
+        """A `_core._FastTarget` for this framework (its exchange table, or its
+        `fast_maker`), cached; None when it has neither."""
         cached = cls.__dict__.get("_fast")
         if cached is None:
             try:
                 tp = cls.exchange_type()
             except ImportError:
                 return None  # not installed: nothing to cache yet
+            maker = cls.fast_maker() if tp is None else None
             cached = False
-            if tp is not None:
+            if tp is not None or maker is not None:
                 try:
                     cached = _core._FastTarget(
                         tp,
-                        [DTYPES[n] for n in cls.dtypes],
+                        [DTYPES[n] for n in (cls.fast_dtypes or cls.dtypes)],
                         cls.negative_strides,
                         cls.noncompact_strides,
                         cls.permuted,
                         cls.byte_offset == "honours",
                         cls.readonly != "writable" or cls.always_copies,
                         cls.alignment,
+                        maker,
                     )
                 except TypeError:
                     cached = False  # no usable table: the Python-level importer
@@ -265,6 +277,10 @@ class TensorbridgeFramework(Framework):
         return t
 
     @classmethod
+    def fast_maker(cls) -> Any:
+        return "identity"
+
+    @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
         return _core.from_dlpack(obj)
 
@@ -311,9 +327,16 @@ class NumpyFramework(Framework):
             return f"numpy stores {t.dtype.name} one element per byte (unpacking copies)"
         return None
 
+    # Without the planner only NumPy's own dtypes (ml_dtypes ones need its checks).
+    fast_dtypes = STANDARD
+
     @classmethod
     def make(cls, t: Tensor) -> Any:
         return t.numpy()
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        return Tensor.numpy
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
