@@ -170,6 +170,21 @@ def test_table_tensors_are_validated_like_capsules():
     assert p.counters[0].calls == 1
 
 
+def test_table_tensor_of_another_major_version_is_refused_and_released():
+    class Future(_table_type()):
+        def _table_capsule(self):
+            capsule, counter = capsule_of(self.array, version=(2, 0))
+            self.counters.append(counter)
+            return capsule
+
+    p = Future(np.arange(3.0))
+    with pytest.raises(BufferError, match="Future's exchange table gave a tensor that "
+                       "holds DLPack version 2.0"):
+        tb.from_dlpack(p)
+    gc.collect()
+    assert p.counters[0].calls == 1
+
+
 def test_switch_turns_the_consumer_table_off():
     code = (
         "import numpy as np, tensorbridge as tb, tensorbridge._testing as T\n"
@@ -277,7 +292,7 @@ def test_producer_to_py_adopts_and_validates():
     gc.collect()
     assert counter.calls == 1
     bad, counter = _testing.make_capsule(0, shape=(2,), version=(2, 0))
-    with pytest.raises(BufferError, match="DLPack 2.0"):
+    with pytest.raises(BufferError, match="holds DLPack version 2.0"):
         _testing.table_to_py(tb.asarray([0.0]), bad)
     gc.collect()
     assert counter.calls == 1  # stolen, so released on failure

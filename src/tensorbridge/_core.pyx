@@ -860,6 +860,21 @@ cdef Tensor _adopt(void* managed, int kind):
     return t
 
 
+cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str what):
+    """Own a versioned managed tensor (a consumed capsule's, or one a C table gave
+    us), then check its version and its description; on failure the Tensor's
+    __dealloc__ calls the deleter."""
+    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
+    if managed.version.major != TB_DLPACK_MAJOR:
+        # Only version, manager_ctx, deleter and flags may be read now.
+        raise BufferError(
+            f"{api}: {what} holds DLPack version "
+            f"{managed.version.major}.{managed.version.minor}; tensorbridge reads "
+            f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
+    _fill(t, &managed.dl_tensor, managed.flags)
+    return t
+
+
 cdef Tensor _import_capsule(object capsule):
     """Consume a DLPack capsule (renaming it first) and return the owning Tensor."""
     cdef const char* name = PyCapsule_GetName(capsule)
@@ -869,16 +884,7 @@ cdef Tensor _import_capsule(object capsule):
     if name != NULL and strcmp(name, TB_CAPSULE_VERSIONED) == 0:
         versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, TB_CAPSULE_VERSIONED)
         PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED)
-        t = _adopt(versioned, OWN_VERSIONED)
-        if versioned.version.major != TB_DLPACK_MAJOR:
-            # Only version, manager_ctx, deleter and flags may be read now;
-            # the Tensor's __dealloc__ calls the deleter.
-            raise BufferError(
-                f"from_dlpack(): the capsule holds DLPack version "
-                f"{versioned.version.major}.{versioned.version.minor}; tensorbridge reads "
-                f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
-        _fill(t, &versioned.dl_tensor, versioned.flags)
-        return t
+        return _adopt_versioned(versioned, "from_dlpack()", "the capsule")
     if name != NULL and strcmp(name, TB_CAPSULE_LEGACY) == 0:
         legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY)
         PyCapsule_SetName(capsule, TB_CAPSULE_LEGACY_USED)
@@ -2208,13 +2214,8 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
     if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 or managed == NULL:
         PyErr_Clear()
         return None
-    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
-    if managed.version.major != TB_DLPACK_MAJOR:
-        raise BufferError(
-            f"from_dlpack(): {type(x).__name__}'s exchange table made a DLPack "
-            f"{managed.version.major}.{managed.version.minor} tensor; tensorbridge reads "
-            f"major version {TB_DLPACK_MAJOR}")
-    _fill(t, &managed.dl_tensor, managed.flags)
+    cdef Tensor t = _adopt_versioned(
+        managed, "from_dlpack()", f"{type(x).__name__}'s exchange table gave a tensor that")
     if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
         _mark_stream_type(x)  # the handshake comes next, and first from now on
         return None     # t releases the managed tensor
@@ -2365,13 +2366,8 @@ cdef int _api_to_py(DLManagedTensorVersioned* managed, void** out) except -1:
     """Steals managed: on failure it has been released."""
     if managed == NULL:
         raise BufferError("tensorbridge exchange table: NULL managed tensor")
-    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
-    if managed.version.major != TB_DLPACK_MAJOR:
-        raise BufferError(
-            f"tensorbridge exchange table: DLPack {managed.version.major}."
-            f"{managed.version.minor} tensor; tensorbridge reads major version "
-            f"{TB_DLPACK_MAJOR}")
-    _fill(t, &managed.dl_tensor, managed.flags)
+    cdef Tensor t = _adopt_versioned(
+        managed, "tensorbridge exchange table", "the managed tensor")
     Py_INCREF(t)
     out[0] = <void*>t
     return 0
