@@ -152,12 +152,37 @@ def test_a_type_that_refused_max_version_is_asked_the_legacy_way_first():
     assert gpu.calls == [{"max_version": (1, 3)}, {"stream": 1}]
     again = fake_device_producer((2, 0), accepts=("stream",))
     again.__class__ = gpu.__class__
-    tb.from_dlpack(again)  # legacy without a stream: GPU memory, so released; the handshake
-    assert again.calls == [{}, {"stream": 1}] and again.counters[0].calls == 1
-    third = fake_device_producer((2, 0), accepts=("stream",))
-    third.__class__ = gpu.__class__
-    tb.from_dlpack(third)
-    assert third.calls == [{"stream": 1}]
+    tb.from_dlpack(again)  # known legacy and GPU: the device query, one call with the stream
+    assert again.calls == [{"stream": 1}]
+
+
+def test_a_wrapper_type_is_not_stuck_with_the_legacy_call():
+    # One type whose objects forward __dlpack__ to producers of both kinds: the memo
+    # of a legacy object must not make a read-only export of a later one fail or
+    # lose its READ_ONLY flag.
+    class Old:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, stream=None):
+            return np.arange(3.0).__dlpack__()
+
+    class Wrap:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __dlpack_device__(self):
+            return self.inner.__dlpack_device__()
+
+        def __dlpack__(self, **kwargs):
+            return self.inner.__dlpack__(**kwargs)
+
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    assert tb.from_dlpack(Wrap(ro)).readonly
+    assert tb.from_dlpack(Wrap(Old())).tolist() == [0.0, 1.0, 2.0]
+    assert tb.from_dlpack(Wrap(ro)).readonly  # legacy refused: asked again, versioned
+    assert tb.from_dlpack(Wrap(Old())).tolist() == [0.0, 1.0, 2.0]
 
 
 def test_device_is_not_asked_until_a_type_exports_gpu_memory():

@@ -333,6 +333,11 @@ def test_producer_allocator():
         _testing.table_allocate(owner, (2, -1))
     with pytest.raises(RuntimeError, match="BufferError: .*ndim 65"):
         _testing.table_allocate(owner, (1,), ndim=65)
+    # Zero extents do not excuse the others from the size limit (no overflow later).
+    with pytest.raises(RuntimeError, match="BufferError: .*negative or too large"):
+        _testing.table_allocate(owner, (0, 2**62, 2**62))
+    with pytest.raises(RuntimeError, match="BufferError: .*negative device_id"):
+        _testing.table_allocate(owner, (2,), device=(1, -1))
 
 
 def test_producer_current_work_stream_is_the_default_stream():

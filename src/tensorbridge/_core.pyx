@@ -2071,6 +2071,7 @@ cdef extern from "Python.h":
     object PyLong_FromVoidPtr(void*)
     void PyErr_Clear()
     PyObject* PyErr_Occurred()
+    bint PyErr_ExceptionMatches(object exc)
 
 cdef extern from "<stdio.h>" nogil:
     int snprintf(char* buffer, size_t size, const char* fmt, ...)
@@ -2198,8 +2199,23 @@ cdef void _mark_legacy_type(object x):
     slot.flags |= TI_LEGACY
 
 
+cdef void _unmark_legacy_type(object x):
+    _legacy_types.discard(type(x))
+    cdef _ApiSlot* slot = _type_slot(x)
+    slot.flags &= ~TI_LEGACY
+
+
 cdef inline bint _needs_stream(int32_t device_type) noexcept:
     return device_type == kDLCUDA or device_type == kDLCUDAManaged or device_type == kDLROCM
+
+
+cdef int _clear_refusal() except -1:
+    """Drop a table's refusal, but not an interrupt or an out-of-memory error."""
+    if PyErr_Occurred() != NULL and (PyErr_ExceptionMatches(KeyboardInterrupt)
+                                     or PyErr_ExceptionMatches(MemoryError)):
+        return -1
+    PyErr_Clear()
+    return 0
 
 
 cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object stream,
@@ -2212,7 +2228,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
     work before ours), and, with resolve_bits, for torch bit views."""
     cdef DLManagedTensorVersioned* managed = NULL
     if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 or managed == NULL:
-        PyErr_Clear()
+        _clear_refusal()
         return None
     cdef Tensor t = _adopt_versioned(
         managed, "from_dlpack()", f"{type(x).__name__}'s exchange table gave a tensor that")
@@ -2310,12 +2326,26 @@ cdef int _api_allocate(DLTensor* proto, DLManagedTensorVersioned** out, void* er
                  <int>proto.dtype.lanes)
         set_error(error_ctx, "BufferError", message)
         return -1
+    if proto.device.device_id < 0:
+        set_error(error_ctx, "BufferError", "tensorbridge allocator: negative device_id")
+        return -1
+    # As _check_layout: the product of the non-zero extents stays within 2**62
+    # bytes, whatever zero extents there are (so no stride below can overflow).
+    cdef int64_t nonzero = 1
+    cdef bint empty = False
     for i in range(ndim):
-        if proto.shape[i] < 0 or tb_mul_overflow(count, proto.shape[i], &count) or \
-                count > BYTE_LIMIT // <int64_t>_itemsize(proto.dtype):
+        if proto.shape[i] < 0:
             set_error(error_ctx, "BufferError",
                       "tensorbridge allocator: prototype shape is negative or too large")
             return -1
+        if proto.shape[i] == 0:
+            empty = True
+        elif tb_mul_overflow(nonzero, proto.shape[i], &nonzero) or \
+                nonzero > BYTE_LIMIT // <int64_t>_itemsize(proto.dtype):
+            set_error(error_ctx, "BufferError",
+                      "tensorbridge allocator: prototype shape is negative or too large")
+            return -1
+    count = 0 if empty else nonzero
     nbytes = count * <int64_t>_itemsize(proto.dtype)
     dims = (ndim if ndim > 0 else 1) * sizeof(int64_t)
     block = <char*>malloc(sizeof(DLManagedTensorVersioned) + 2 * dims)
@@ -2432,9 +2462,19 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     cdef bint handshake = False
     if flags & TI_TORCH:
         _check_torch_bits(x)
+    capsule = None
     if (flags & TI_LEGACY) and not mask:
-        capsule = _call_dlpack_legacy(x, 0, None)   # known to refuse max_version
-    else:
+        try:
+            capsule = _call_dlpack_legacy(x, 0, None)   # known to have refused max_version
+        except (TypeError, BufferError):
+            # This object of the type takes max_version after all (a wrapper type,
+            # say): forget the memo and ask the versioned way, the second and last
+            # call. Its capsule is kept whatever its device: no stream passed means
+            # the spec's default stream, which is what the handshake would pass.
+            _unmark_legacy_type(x)
+            capsule = _call_dlpack(x, mask, None, None, copy)
+            handshake = True
+    if capsule is None:
         try:
             capsule = _call_dlpack(x, mask, None, None, copy)
         except TypeError as exc:
@@ -2458,11 +2498,10 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
             f"from_dlpack(): {type(x).__name__}.__dlpack__() returned "
             f"{type(capsule).__name__}; expected a PyCapsule")
     t = _import_capsule(capsule)
-    if not handshake and _needs_stream(t._device.device_type):
-        # Released; the caller asks again, with the stream. This type has GPU
-        # data, so it gets the handshake first from now on.
-        _mark_stream_type(x)
-        return None
+    if _needs_stream(t._device.device_type):
+        _mark_stream_type(x)   # this type has GPU data: the handshake first from now on
+        if not handshake:
+            return None        # released; the caller asks again, with the stream
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {type(x).__name__} could only export a copy")
@@ -2487,9 +2526,14 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
     slot = _type_slot(x)
     api = slot.api
     flags = slot.flags
-    if _use_exchange_api and api != NULL:
+    if _use_exchange_api and api != NULL and (
+            not (flags & TI_STREAM) or (stream is not None and stream == -1)):
         fast = _from_exchange_api(x, api, stream, False)
         if fast is not None:
+            if copy is False and (fast._flags & TB_FLAG_IS_COPIED):
+                raise _CopyNeeded(
+                    f"from_dlpack(): copy=False, but {type(x).__name__}'s exchange table "
+                    "gave a copy")
             if copy is not True:
                 return fast
             if fast._device.device_type == kDLCPU:
@@ -2544,11 +2588,17 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
         mask |= KW_COPY
 
     if not (mask & (KW_DEVICE | KW_COPY)) and (_type_slot(x).flags & TI_LEGACY):
-        legacy_first = True     # known to refuse max_version: the legacy call only
-    try:
-        if legacy_first:
+        legacy_first = True     # known to have refused max_version: the legacy call first
+    capsule = None
+    if legacy_first:
+        try:
             capsule = _call_dlpack_legacy(x, mask, stream_arg)
-        else:
+        except (TypeError, BufferError):
+            # This object of the type takes max_version after all (a wrapper type,
+            # say): forget the memo, and ask the versioned way (the second call).
+            _unmark_legacy_type(x)
+    try:
+        if capsule is None:
             capsule = _call_dlpack(x, mask, stream_arg, dl_device, copy)
     except TypeError as exc:
         if legacy_first or mask & (KW_DEVICE | KW_COPY):
@@ -2918,7 +2968,7 @@ def _fast_convert(_FastTarget target, obj):
         t = _import_ndarray(obj)
         if t is None:
             return None
-    elif type(obj) in _fast_sources:
+    elif _use_exchange_api and type(obj) in _fast_sources:
         api = _exchange_api(obj)
         if api == NULL:
             return None

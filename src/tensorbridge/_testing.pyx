@@ -405,6 +405,8 @@ def table_allocate(api_owner, shape, dtype=(2, 32, 1), device=(1, 0), *, ndim=No
     cdef int i
     errors = []
     shape = tuple(shape)
+    if len(shape) > 64:
+        raise ValueError("at most 64 dimensions")
     for i in range(len(shape)):
         dims[i] = shape[i]
     proto.data = NULL
