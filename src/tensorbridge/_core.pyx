@@ -860,13 +860,16 @@ cdef Tensor _adopt(void* managed, int kind):
     return t
 
 
-cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str what):
+cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str what,
+                             object producer=None):
     """Own a versioned managed tensor (a consumed capsule's, or one a C table gave
-    us), then check its version and its description; on failure the Tensor's
-    __dealloc__ calls the deleter."""
+    us: then `producer` is the object it came from), then check its version and its
+    description; on failure the Tensor's __dealloc__ calls the deleter."""
     cdef Tensor t = _adopt(managed, OWN_VERSIONED)
     if managed.version.major != TB_DLPACK_MAJOR:
         # Only version, manager_ctx, deleter and flags may be read now.
+        if producer is not None:
+            what = f"{type(producer).__name__}'s exchange table gave a tensor that"
         raise BufferError(
             f"{api}: {what} holds DLPack version "
             f"{managed.version.major}.{managed.version.minor}; tensorbridge reads "
@@ -2230,8 +2233,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
     if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 or managed == NULL:
         _clear_refusal()
         return None
-    cdef Tensor t = _adopt_versioned(
-        managed, "from_dlpack()", f"{type(x).__name__}'s exchange table gave a tensor that")
+    cdef Tensor t = _adopt_versioned(managed, "from_dlpack()", "", x)
     if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
         _mark_stream_type(x)  # the handshake comes next, and first from now on
         return None     # t releases the managed tensor
