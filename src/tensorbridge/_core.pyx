@@ -2006,6 +2006,13 @@ cdef dict _torch_tensor_types = {}
 cdef void* _torch_last_type = NULL
 cdef object _torch_last_methods = None
 
+cdef bint _is_torch_type(object cls):
+    """A PyTorch tensor type (found by module, so torch is never imported)."""
+    module = getattr(cls, "__module__", "") or ""
+    return isinstance(module, str) and module.split(".")[0] == "torch" and \
+        hasattr(cls, "is_neg")
+
+
 cdef object _torch_bits(object x, bint complex_only_conj):
     """None, or "negative"/"conjugate" when x is a torch tensor whose memory does
     not hold its values (a view with the negative or conjugate bit set)."""
@@ -2017,9 +2024,7 @@ cdef object _torch_bits(object x, bint complex_only_conj):
         tp = type(x)
         methods = _torch_tensor_types.get(tp)
         if methods is None:
-            module = getattr(tp, "__module__", "") or ""
-            methods = (tp.is_neg, tp.is_conj) if (
-                module.split(".")[0] == "torch" and hasattr(tp, "is_neg")) else False
+            methods = (tp.is_neg, tp.is_conj) if _is_torch_type(tp) else False
             _torch_tensor_types[tp] = methods
         # The dict keeps tp alive, so the pointer cannot be reused by another type.
         _torch_last_type = <void*>tp
@@ -2164,8 +2169,7 @@ cdef _ApiSlot* _type_slot(object x):
     cdef int flags = 0
     if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
         flags |= TI_PROTOCOL
-    module = getattr(cls, "__module__", "") or ""
-    if isinstance(module, str) and module.split(".")[0] == "torch" and hasattr(cls, "is_neg"):
+    if _is_torch_type(cls):
         flags |= TI_TORCH
     if cls in _stream_types:
         flags |= TI_STREAM
@@ -2901,7 +2905,6 @@ cdef class _FastTarget:
     cdef bint accept[18][129]
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
     cdef int64_t alignment
-    cdef object type_
     cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
 
     def __init__(self, target_type, dtypes, bint negative_strides, bint noncompact,
@@ -2913,7 +2916,6 @@ cdef class _FastTarget:
             self.api = _exchange_api_lookup(target_type)
             if self.api == NULL:
                 raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
-        self.type_ = target_type
         memset(self.accept, 0, sizeof(self.accept))
         for d in dtypes:
             self.accept[<int>d.code][<int>d.bits] = True
