@@ -127,6 +127,15 @@ def test_cuda_data_from_a_table_uses_the_stream_handshake():
     assert p.dlpack_calls[0]["stream"] == 7
 
 
+def test_a_type_known_for_gpu_data_skips_its_table_unless_stream_is_minus_one():
+    cls = _table_type(device=(2, 0))
+    _imported_through_table(cls)  # CUDA data from the table: the type is remembered
+    p, _, t, used = _imported_through_table(cls)
+    assert used == 0 and p.dlpack_calls == [{"max_version": (1, 3), "stream": 1}]
+    p, _, t, used = _imported_through_table(cls, stream=-1)
+    assert used == 1 and p.dlpack_calls == []
+
+
 def test_rocm_data_from_a_table_uses_the_stream_handshake():
     p, _, t, used = _imported_through_table(_table_type(device=(10, 0)))
     assert len(p.dlpack_calls) == 1 and p.dlpack_calls[0]["stream"] == 0
