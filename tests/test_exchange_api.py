@@ -311,7 +311,7 @@ def test_producer_dltensor_view():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)[1:, ::2]
     t = tb.asarray(a)
     view = _testing.table_dltensor(t)
-    assert view["data"] + view["byte_offset"] == t.data_ptr()
+    assert (view["data"], view["byte_offset"]) == (t.data_ptr(), 0)  # offset folded
     assert view["shape"] == (2, 2) and view["strides"] == (4, 2)
     assert view["dtype"] == (2, 32, 1) and view["device"] == (1, 0)
     ro = np.arange(3.0)

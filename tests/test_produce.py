@@ -10,6 +10,7 @@ import pytest
 from producers import capsule_of, fake_device_producer
 
 import tensorbridge as tb
+from tensorbridge import _testing
 from tensorbridge._core import FLAG_IS_COPIED, FLAG_READ_ONLY, _inspect_capsule
 
 
@@ -62,6 +63,62 @@ def test_export_describes_the_tensor_exactly():
     assert info["device"] == (1, 0)
     assert info["data"] + info["byte_offset"] == a.ctypes.data
     assert info["deleter"]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda t: t[1:],
+        lambda t: t[:, 2:],
+        lambda t: t.T[1:, ::2],
+        lambda t: t[2, 3],
+        lambda t: t[::-1, 1:],
+    ],
+    ids=["rows", "columns", "transposed slice", "0-d", "reversed"],
+)
+@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
+def test_views_export_the_offset_folded_into_data(view, max_version):
+    # Consumers that ignore byte_offset (Paddle, dlpack's reference C consumer)
+    # read views right: data points at element 0 and byte_offset is 0, as NumPy
+    # and PyTorch export them.
+    t = view(tb.asarray(np.arange(20.0).reshape(4, 5)))
+    capsule = t.__dlpack__(max_version=max_version) if max_version else tb.to_dlpack(t)
+    info = _inspect_capsule(capsule)
+    assert info["byte_offset"] == 0
+    assert info["data"] == t.data_ptr()
+
+
+def test_an_imported_byte_offset_is_folded_on_export():
+    a = np.arange(8.0)
+    capsule, _ = capsule_of(a, byte_offset=24, shape=(5,), strides=(1,))
+    t = tb.from_dlpack(capsule)
+    assert t.data_ptr() == a.ctypes.data + 24
+    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    assert (info["data"], info["byte_offset"]) == (a.ctypes.data + 24, 0)
+    assert np.from_dlpack(t).tolist() == [3.0, 4.0, 5.0, 6.0, 7.0]
+
+
+@pytest.mark.parametrize(
+    ("device", "folded"),
+    [((2, 0), True), ((3, 0), True), ((10, 1), True), ((13, 0), True), ((14, 0), True),
+     ((4, 0), False), ((7, 0), False), ((8, 0), False), ((15, 0), False)],
+    ids=["cuda", "cuda_host", "rocm", "cuda_managed", "oneapi",
+         "opencl", "vulkan", "metal", "webgpu"],
+)
+def test_byte_offset_is_kept_where_data_may_be_a_handle(device, folded):
+    # OpenCL's cl_mem, Vulkan's VkBuffer, Metal's MTLBuffer are handles: pointer
+    # arithmetic on them is meaningless, so the offset stays in byte_offset.
+    handle = 0x10000
+    capsule, _ = _testing.make_capsule(handle, shape=(4,), strides=(1,), device=device,
+                                       byte_offset=16)
+    t = tb.from_dlpack(capsule)
+    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    expected = (handle + 16, 0) if folded else (handle, 16)
+    assert (info["data"], info["byte_offset"]) == expected
+    view = t[1:]
+    info = _inspect_capsule(view.__dlpack__(max_version=(1, 3)))
+    expected = (handle + 16 + 4, 0) if folded else (handle, 20)
+    assert (info["data"], info["byte_offset"]) == expected
 
 
 def test_zero_d_and_size_zero_exports():

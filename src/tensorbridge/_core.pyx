@@ -50,6 +50,7 @@ cdef extern from "_runtime.h":
     void tb_export_deleter_legacy(DLManagedTensor*) noexcept nogil
     void tb_capsule_destructor_versioned(PyObject*) noexcept
     void tb_capsule_destructor_legacy(PyObject*) noexcept
+    void tb_call_deleter(void* managed, int versioned) noexcept
     int tb_export_release_depth
     void tb_copy_to_contiguous(char* dst, const char* src, int ndim, const int64_t* shape,
                                const int64_t* byte_strides, size_t itemsize) noexcept nogil
@@ -135,6 +136,15 @@ cdef inline bint _device_known(int32_t device_type) noexcept:
 cdef inline bint _host_accessible(int32_t device_type) noexcept:
     return (device_type == kDLCPU or device_type == kDLCUDAHost
             or device_type == kDLROCMHost or device_type == kDLCUDAManaged)
+
+cdef inline bint _pointer_is_address(int32_t device_type) noexcept nogil:
+    """True where DLTensor.data is an address that arithmetic may move (exports fold
+    byte_offset into it); elsewhere (OpenCL, Vulkan, Metal, WebGPU, ...) it may be an
+    opaque handle, and the offset must stay in byte_offset."""
+    return (device_type == kDLCPU or device_type == kDLCUDA or device_type == kDLCUDAHost
+            or device_type == kDLROCM or device_type == kDLROCMHost
+            or device_type == kDLCUDAManaged or device_type == kDLOneAPI)
+
 
 cdef inline size_t _itemsize(DLDataType dt) noexcept nogil:
     return (dt.bits + 7) // 8
@@ -223,10 +233,7 @@ cdef class Tensor:
         if self._shape != self._dims:
             PyMem_Free(self._shape)
         if self._owner_kind == OWN_VERSIONED or self._owner_kind == OWN_LEGACY:
-            if tb_export_release_depth > 0:
-                _defer_deleter(self._managed, self._owner_kind)
-            else:
-                _call_deleter(self._managed, self._owner_kind)
+            _release_managed(self._managed, self._owner_kind)
         elif self._owner_kind == OWN_BUFFER:
             PyBuffer_Release(&self._buffer)
         elif self._owner_kind == OWN_ALLOC:
@@ -796,16 +803,7 @@ cdef DLDevice _parse_dl_device(object value, str what) except *:
 # --------------------------------------------------------------------------
 
 cdef inline void _call_deleter(void* managed, int kind) noexcept:
-    cdef DLManagedTensorVersioned* versioned
-    cdef DLManagedTensor* legacy
-    if kind == OWN_VERSIONED:
-        versioned = <DLManagedTensorVersioned*>managed
-        if versioned.deleter != NULL:
-            versioned.deleter(versioned)
-    else:
-        legacy = <DLManagedTensor*>managed
-        if legacy.deleter != NULL:
-            legacy.deleter(legacy)
+    tb_call_deleter(managed, kind == OWN_VERSIONED)
 
 
 # Producer deleters put off while one of our export deleters runs (see Tensor.__dealloc__).
@@ -842,6 +840,15 @@ cdef void _defer_deleter(void* managed, int kind) noexcept:
         _call_deleter(managed, kind)
 
 
+cdef void _release_managed(void* managed, int kind) noexcept:
+    """Call a producer's deleter now, or soon when one of our export deleters is
+    running (the framework calling it may hold a lock the deleter needs)."""
+    if tb_export_release_depth > 0:
+        _defer_deleter(managed, kind)
+    else:
+        _call_deleter(managed, kind)
+
+
 def _export_release_depth():
     """How many export deleters of ours are running (for tests)."""
     return tb_export_release_depth
@@ -860,39 +867,64 @@ cdef Tensor _adopt(void* managed, int kind):
     return t
 
 
+cdef int _raise_major_version(DLManagedTensorVersioned* managed, str api, str what) except -1:
+    raise BufferError(
+        f"{api}: {what} holds DLPack version "
+        f"{managed.version.major}.{managed.version.minor}; tensorbridge reads "
+        f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
+
+
 cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str what,
                              object producer=None):
-    """Own a versioned managed tensor (a consumed capsule's, or one a C table gave
-    us: then `producer` is the object it came from), then check its version and its
-    description; on failure the Tensor's __dealloc__ calls the deleter."""
+    """Own a versioned managed tensor that a C exchange table handed over (from
+    `producer`'s table, or to ours), then check its version and description: it
+    is ours from the start (no capsule can free it), so on failure the Tensor's
+    __dealloc__ calls its deleter, once."""
     cdef Tensor t = _adopt(managed, OWN_VERSIONED)
     if managed.version.major != TB_DLPACK_MAJOR:
         # Only version, manager_ctx, deleter and flags may be read now.
         if producer is not None:
             what = f"{type(producer).__name__}'s exchange table gave a tensor that"
-        raise BufferError(
-            f"{api}: {what} holds DLPack version "
-            f"{managed.version.major}.{managed.version.minor}; tensorbridge reads "
-            f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
+        _raise_major_version(managed, api, what)
     _fill(t, &managed.dl_tensor, managed.flags)
     return t
 
 
 cdef Tensor _import_capsule(object capsule):
-    """Consume a DLPack capsule (renaming it first) and return the owning Tensor."""
+    """Consume a DLPack capsule and return the owning Tensor.
+
+    The name says which struct the capsule holds. Every field is validated
+    before the capsule is touched: a refused capsule keeps its name and its
+    deleter, so its own destructor frees it (tensorbridge never calls a deleter
+    read from a struct it refused: a versioned struct in a "dltensor" capsule has
+    something else where a legacy deleter would be). Once the Tensor owns the
+    struct the capsule is renamed, with nothing in between that can fail. The one
+    exception is the header's: a versioned struct of another major version is
+    renamed and its deleter called (version, manager_ctx and deleter keep their
+    place across majors), then refused."""
     cdef const char* name = PyCapsule_GetName(capsule)
     cdef DLManagedTensorVersioned* versioned
     cdef DLManagedTensor* legacy
     cdef Tensor t
     if name != NULL and strcmp(name, TB_CAPSULE_VERSIONED) == 0:
         versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, TB_CAPSULE_VERSIONED)
+        if versioned.version.major != TB_DLPACK_MAJOR:
+            PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED)
+            _release_managed(versioned, OWN_VERSIONED)
+            _raise_major_version(versioned, "from_dlpack()", "the capsule")
+        t = _new_tensor()
+        _fill(t, &versioned.dl_tensor, versioned.flags)
+        t._managed = versioned
+        t._owner_kind = OWN_VERSIONED
         PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED)
-        return _adopt_versioned(versioned, "from_dlpack()", "the capsule")
+        return t
     if name != NULL and strcmp(name, TB_CAPSULE_LEGACY) == 0:
         legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY)
-        PyCapsule_SetName(capsule, TB_CAPSULE_LEGACY_USED)
-        t = _adopt(legacy, OWN_LEGACY)
+        t = _new_tensor()
         _fill(t, &legacy.dl_tensor, 0)   # legacy imports are writable
+        t._managed = legacy
+        t._owner_kind = OWN_LEGACY
+        PyCapsule_SetName(capsule, TB_CAPSULE_LEGACY_USED)
         return t
     if name != NULL and (strcmp(name, TB_CAPSULE_VERSIONED_USED) == 0
                          or strcmp(name, TB_CAPSULE_LEGACY_USED) == 0):
@@ -1022,6 +1054,21 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
 # Export: Tensor -> capsule
 # --------------------------------------------------------------------------
 
+cdef inline void _export_data(Tensor t, int32_t device_type, DLTensor* dl) noexcept:
+    """data and byte_offset of an export of t: the offset folded into the pointer
+    wherever it is an address (NumPy and PyTorch do the same; many consumers ignore
+    byte_offset), kept where the pointer may be a handle; NULL data for empty tensors."""
+    if t._size() == 0:
+        dl.data = NULL          # the header's recommendation for empty tensors
+        dl.byte_offset = 0
+    elif _pointer_is_address(device_type):
+        dl.data = t._ptr()
+        dl.byte_offset = 0
+    else:
+        dl.data = t._data
+        dl.byte_offset = t._byte_offset
+
+
 cdef void* _export_managed(Tensor t, bint versioned, uint64_t extra_flags,
                            DLDevice* device) except NULL:
     """A managed tensor describing t, holding a reference to t (its deleter drops
@@ -1059,12 +1106,7 @@ cdef void* _export_managed(Tensor t, bint versioned, uint64_t extra_flags,
     else:
         dl.shape[0] = 0
         dl.strides[0] = 0
-    if t._size() == 0:
-        dl.data = NULL          # the header's recommendation for empty tensors
-        dl.byte_offset = 0
-    else:
-        dl.data = t._data
-        dl.byte_offset = t._byte_offset
+    _export_data(t, device.device_type, dl)
     Py_INCREF(t)
     return block
 
@@ -2424,13 +2466,12 @@ cdef int _api_dltensor(void* obj, DLTensor* out) except -1:
     if t._flags & TB_FLAG_SUBBYTE_PADDED:
         raise BufferError("a one-element-per-byte sub-byte tensor cannot be described by "
                           "a bare DLTensor, which cannot say so; use the managed form")
-    out.data = t._data
+    _export_data(t, t._device.device_type, out)
     out.device = t._device
     out.ndim = t._ndim
     out.dtype = t._dtype
     out.shape = t._shape
     out.strides = t._strides
-    out.byte_offset = t._byte_offset
     return 0
 
 

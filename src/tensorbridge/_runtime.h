@@ -10,7 +10,7 @@
  *    or after interpreter shutdown: once the interpreter is gone it does
  *    nothing (a deliberate leak); otherwise it takes the GIL, frees the block
  *    and drops the reference.
- *  - A capsule destructor acts only on an unconsumed capsule ("dltensor" /
+ *  - A capsule destructor frees only an unconsumed capsule ("dltensor" /
  *    "dltensor_versioned"); a consumer renamed it to "used_*" and owns it then.
  */
 #ifndef TENSORBRIDGE_RUNTIME_H_
@@ -48,51 +48,75 @@ static void tb_release_owner(PyObject *owner) {
   --tb_export_release_depth;
 }
 
-static void tb_export_deleter_versioned(DLManagedTensorVersioned *self) {
-  if (self == NULL || tb_interpreter_gone()) return;
+/* The one export deleter body.  manager_ctx sits at a different offset in the
+ * two struct kinds, so each kind has a two-line entry point. */
+static void tb_export_release(void *block, PyObject *owner) {
   PyGILState_STATE state = PyGILState_Ensure();
-  PyObject *owner = (PyObject *)self->manager_ctx;
-  PyMem_Free(self);
+  PyMem_Free(block);
   tb_release_owner(owner);
   PyGILState_Release(state);
+}
+
+static void tb_export_deleter_versioned(DLManagedTensorVersioned *self) {
+  if (self == NULL || tb_interpreter_gone()) return;
+  tb_export_release(self, (PyObject *)self->manager_ctx);
 }
 
 static void tb_export_deleter_legacy(DLManagedTensor *self) {
   if (self == NULL || tb_interpreter_gone()) return;
-  PyGILState_STATE state = PyGILState_Ensure();
-  PyObject *owner = (PyObject *)self->manager_ctx;
-  PyMem_Free(self);
-  tb_release_owner(owner);
-  PyGILState_Release(state);
+  tb_export_release(self, (PyObject *)self->manager_ctx);
 }
 
-/* Capsule destructors: called with the GIL by CPython, possibly with an
- * exception set, so the error state is saved around the work. */
-static void tb_capsule_destructor_versioned(PyObject *capsule) {
-  if (PyCapsule_IsValid(capsule, TB_CAPSULE_VERSIONED_USED)) return;
+/* Call a managed tensor's deleter (either kind) if it has one. */
+static inline void tb_call_deleter(void *managed, int versioned) {
+  if (versioned) {
+    DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)managed;
+    if (m->deleter != NULL) m->deleter(m);
+  } else {
+    DLManagedTensor *m = (DLManagedTensor *)managed;
+    if (m->deleter != NULL) m->deleter(m);
+  }
+}
+
+/* Capsule destructors, called by CPython with the GIL while the capsule is being
+ * deallocated, possibly with an exception set (saved around the work).  They
+ * read the capsule's name and pointer and nothing else: no Python call may see
+ * the dying capsule (PyErr_WriteUnraisable(capsule) would take a new reference
+ * to it and re-enter its deallocation).  The name decides:
+ *   - the unconsumed name: nobody took the tensor, so its deleter runs here;
+ *   - any "used_" name: a consumer took it (whichever used-name it chose) and
+ *     calls the deleter itself;
+ *   - anything else: a consumer renamed it without saying whether it took the
+ *     tensor.  Reported as unraisable, and the block is leaked: a leak is
+ *     recoverable, a double free is not. */
+static void tb_capsule_destructor(PyObject *capsule, const char *unconsumed, int versioned) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  DLManagedTensorVersioned *managed =
-      (DLManagedTensorVersioned *)PyCapsule_GetPointer(capsule, TB_CAPSULE_VERSIONED);
-  if (managed == NULL) {
-    PyErr_WriteUnraisable(capsule);
-  } else if (managed->deleter != NULL) {
-    managed->deleter(managed);
+  const char *name = PyCapsule_GetName(capsule);
+  if (name != NULL && strncmp(name, "used_", 5) == 0) {
+    /* consumed */
+  } else if (name != NULL && strcmp(name, unconsumed) == 0) {
+    void *managed = PyCapsule_GetPointer(capsule, unconsumed);
+    if (managed != NULL) tb_call_deleter(managed, versioned);
+  } else {
+    PyErr_Clear();
+    PyErr_Format(PyExc_RuntimeWarning,
+                 "tensorbridge: a DLPack capsule exported as '%s' was renamed to '%s' by a "
+                 "consumer and then dropped; its tensor is leaked rather than risk freeing "
+                 "it twice (a consumer must rename it 'used_%s')",
+                 unconsumed, name != NULL ? name : "NULL", unconsumed);
+    PyErr_WriteUnraisable(NULL);
   }
+  PyErr_Clear();
   PyErr_Restore(type, value, tb);
+}
+
+static void tb_capsule_destructor_versioned(PyObject *capsule) {
+  tb_capsule_destructor(capsule, TB_CAPSULE_VERSIONED, 1);
 }
 
 static void tb_capsule_destructor_legacy(PyObject *capsule) {
-  if (PyCapsule_IsValid(capsule, TB_CAPSULE_LEGACY_USED)) return;
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  DLManagedTensor *managed = (DLManagedTensor *)PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY);
-  if (managed == NULL) {
-    PyErr_WriteUnraisable(capsule);
-  } else if (managed->deleter != NULL) {
-    managed->deleter(managed);
-  }
-  PyErr_Restore(type, value, tb);
+  tb_capsule_destructor(capsule, TB_CAPSULE_LEGACY, 0);
 }
 
 /* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); blocks

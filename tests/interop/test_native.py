@@ -41,9 +41,9 @@ KNOWN = {
     ("*", "paddle", "read-only"): "Paddle ignores READ_ONLY",
     ("numpy", "paddle", "negative stride"): "Paddle mangles negative strides (wrong values)",
     ("tensorbridge", "paddle", "negative stride"): "Paddle mangles negative strides",
-    ("tensorbridge", "paddle", "0-d view"): "Paddle ignores byte_offset (wrong element)",
-    ("tensorbridge", "paddle", "offset view"): "Paddle ignores byte_offset (wrong elements)",
 }
+# Paddle ignores byte_offset; tensorbridge exports views with the offset folded into
+# the data pointer (byte_offset 0), as NumPy and PyTorch do, so Paddle reads them right.
 # Cases that abort the process in-process; each has a subprocess test below.
 CRASHES = {
     ("*", "torch", "negative stride"): "torch aborts the process on negative strides",
