@@ -12,6 +12,7 @@ Importing tensorbridge imports no array framework, not even NumPy.
 from tensorbridge._version import __version__
 from tensorbridge._dtypes import DType, DTYPES as _DTYPES, get_default_dtype, set_default_dtype
 from tensorbridge._devices import DLDeviceType, Device
+from tensorbridge._errors import ImportOrderError, NotDLPackError, ProducerError, TensorbridgeError
 from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, convert, from_dlpack, to_dlpack
 from tensorbridge._creation import arange, empty, full, ones, zeros
 
@@ -32,7 +33,11 @@ __all__ = [
     "DLDeviceType",
     "DLPACK_VERSION",
     "DType",
+    "ImportOrderError",
+    "NotDLPackError",
     "Plan",
+    "ProducerError",
+    "TensorbridgeError",
     "Device",
     "Tensor",
     "__version__",

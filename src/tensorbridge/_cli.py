@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+from tensorbridge._known_types import check_import_order
+
 LEGEND = (
     "S = zero-copy (same address; a write through one side is read on the other), "
     "C = copied, ✗ = fails; numbers are µs per exchange (median)"
@@ -69,8 +71,11 @@ def run_matrix(args: argparse.Namespace) -> int:
         if "tensorbridge" not in wanted:
             wanted.append("tensorbridge")
         wanted = [n for n in _matrix.ORDER if n in wanted]
-    versions = _matrix.available(wanted)
+    skipped: dict[str, str] = {}
+    versions = _matrix.available(wanted, skipped)
     names = list(versions)
+    for name, reason in skipped.items():
+        print(f"tensorbridge: skipped {name}: {reason}", file=sys.stderr)
     results = _matrix.exchange_matrix(names, timing=not args.no_timing)
     sweep = _matrix.dtype_sweep(names)  # the coverage row needs it in every format
     untested = _matrix.sweep_dtypes()[1]
@@ -81,6 +86,7 @@ def run_matrix(args: argparse.Namespace) -> int:
             "tensorbridge": tb.__version__,
             "dlpack": list(tb.DLPACK_VERSION),
             "frameworks": versions,
+            "skipped": skipped,
             "seconds": round(elapsed, 2),
             "exchanges": [
                 {
@@ -211,6 +217,7 @@ class _LazyNames(dict):
 
     def __missing__(self, key: str) -> Any:
         if key in _NAMES:
+            check_import_order(_NAMES[key])
             module = importlib.import_module(_NAMES[key])
             if key in ("jax", "jnp"):
                 import jax

@@ -88,8 +88,10 @@ def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
     if isinstance(obj, (bool, int, float, complex, list, tuple)) or _is_numpy_scalar(obj):
         must_copy(f"a {type(obj).__name__} is a value, not memory to share")
     tensor = _core.asarray(obj)
-    if immutable and not tensor.readonly:
-        tensor = _core._set_readonly(tensor, True)
+    if immutable:
+        # (from_dlpack already imports the arrays of immutable types read-only.)
+        if not tensor.readonly:
+            tensor = _core._set_readonly(tensor, True)
         notes.append(f"{name} arrays are immutable: the data is treated as read-only")
     return _Source(tensor, kind, notes, copied)
 

@@ -74,6 +74,9 @@ from tensorbridge._dtypes import (
     as_dtype as _as_dtype,
     is_dtype_like as _is_dtype_like,
 )
+from tensorbridge._errors import NotDLPackError, TensorbridgeError
+from tensorbridge._errors import producer_error as _producer_error
+from tensorbridge._known_types import immutable_type as _immutable_type
 from tensorbridge._devices import (
     DLDeviceType as _DLDeviceType,
     _make as _make_device,
@@ -153,6 +156,9 @@ cdef inline size_t _itemsize(DLDataType dt) noexcept nogil:
 cdef dict _dlpack_device_cache = {}
 
 cdef object _cpu_device_tuple = None
+cdef DLDevice _cpu_device
+_cpu_device.device_type = kDLCPU
+_cpu_device.device_id = 0
 
 cdef object _dlpack_device_tuple(DLDevice dev):
     global _cpu_device_tuple
@@ -1968,6 +1974,64 @@ cdef object _call_dlpack_legacy(object x, int mask, object stream):
     return PyObject_VectorcallMethod(_s_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
 
 
+cdef str _type_name(object x):
+    """The qualified name of x's type, for messages."""
+    tp = type(x)
+    module = tp.__module__
+    return tp.__qualname__ if module == "builtins" else f"{module}.{tp.__qualname__}"
+
+
+cdef str _call_text(int mask, object stream, object dl_device, object copy, bint legacy):
+    """How a __dlpack__ call was made, for error messages."""
+    args = [] if legacy else [f"max_version={_max_version_arg!r}"]
+    if mask & KW_STREAM:
+        args.append(f"stream={stream!r}")
+    if not legacy and mask & KW_DEVICE:
+        args.append(f"dl_device={dl_device!r}")
+    if not legacy and mask & KW_COPY:
+        args.append(f"copy={copy!r}")
+    return f"__dlpack__({', '.join(args)})"
+
+
+cdef object _call_error(object x, int mask, object stream, object dl_device, object copy,
+                        bint legacy, object exc, DLDevice source):
+    """The exception to raise when x.__dlpack__ (called as the arguments say) raised
+    exc: a ProducerError naming the producer and the call, chained to exc."""
+    call = _call_text(mask, stream, dl_device, copy, legacy)
+    name = _type_name(x)
+    if isinstance(exc, TypeError) and not legacy and mask & (KW_DEVICE | KW_COPY):
+        needs = " and ".join(k for k, bit in (("dl_device", KW_DEVICE), ("copy", KW_COPY))
+                             if mask & bit)
+        return _producer_error(
+            exc, f"from_dlpack(): {name}.__dlpack__ does not take {needs}= (a producer "
+                 f"older than the DLPack 2023.12 keywords cannot honour this request); "
+                 f"{call} raised")
+    cdef DLDevice wanted
+    if isinstance(exc, BufferError) and mask & KW_DEVICE:
+        wanted.device_type = dl_device[0]
+        wanted.device_id = dl_device[1]
+        return _producer_error(
+            exc, f"from_dlpack(): {name} cannot export its {_dev_str(source)} data to "
+                 f"{_dev_str(wanted)}: {call} raised")
+    return _producer_error(exc, f"from_dlpack(): {name}.{call} raised")
+
+
+cdef object _checked_capsule(object x, object capsule):
+    if not PyCapsule_CheckExact(capsule):
+        raise TypeError(
+            f"from_dlpack(): {_type_name(x)}.__dlpack__() returned "
+            f"{_type_name(capsule)}; expected a PyCapsule")
+    return capsule
+
+
+cdef inline int _keep_immutable(Tensor t, int type_flags) noexcept:
+    """Arrays of an immutable type are imported read-only even from a legacy capsule
+    (which cannot say so), unless the producer made a private copy."""
+    if type_flags & TI_IMMUTABLE and not (t._flags & TB_FLAG_IS_COPIED):
+        t._flags |= TB_FLAG_READ_ONLY
+    return 0
+
+
 cdef DLDevice _producer_device(object x) except *:
     cdef PyObject* args[1]
     args[0] = <PyObject*>x
@@ -1975,10 +2039,14 @@ cdef DLDevice _producer_device(object x) except *:
     try:
         result = PyObject_VectorcallMethod(
             _s_dlpack_device, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
-    except AttributeError:
+    except AttributeError as exc:
         if hasattr(type(x), "__dlpack_device__"):
-            raise
+            raise _producer_error(exc, f"from_dlpack(): {_type_name(x)}.__dlpack_device__() "
+                                       "raised")
         missing = True
+    except Exception as exc:
+        raise _producer_error(exc, f"from_dlpack(): {_type_name(x)}.__dlpack_device__() "
+                                   "raised")
     if missing:
         _raise_not_dlpack(x)
     if type(result) is list:
@@ -1988,7 +2056,7 @@ cdef DLDevice _producer_device(object x) except *:
 
 cdef int _raise_not_dlpack(object x) except -1:
     missing = [m for m in ("__dlpack__", "__dlpack_device__") if not hasattr(type(x), m)]
-    raise TypeError(
+    raise NotDLPackError(
         f"from_dlpack(): expected an object with __dlpack__ and __dlpack_device__ or a "
         f"DLPack capsule; got {type(x).__module__}.{type(x).__qualname__}, which lacks "
         f"{' and '.join(missing)}")
@@ -2141,6 +2209,7 @@ cdef enum:
     TI_TORCH = 2            # a torch tensor type (bit views must be checked)
     TI_STREAM = 4           # it has exported CUDA/ROCm memory (see _stream_types)
     TI_LEGACY = 8           # its __dlpack__ refused max_version (see _legacy_types)
+    TI_IMMUTABLE = 16       # its arrays are immutable (JAX, Arrow, TF eager tensors)
 
 cdef _ApiSlot _api_slots[API_SLOTS]
 memset(_api_slots, 0, sizeof(_api_slots))
@@ -2217,6 +2286,8 @@ cdef _ApiSlot* _type_slot(object x):
         flags |= TI_STREAM
     if cls in _legacy_types:
         flags |= TI_LEGACY
+    if flags & TI_PROTOCOL and _immutable_type(cls):
+        flags |= TI_IMMUTABLE
     # The lookups above gave the type a version tag if it can have one; a type
     # without one (tag 0) is looked up every time.
     slot.tp = <void*>tp
@@ -2506,52 +2577,56 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     cdef int mask = KW_COPY if copy is False else 0
     cdef DLDevice source
     cdef Tensor t
-    cdef bint handshake = False
+    cdef bint handshake = False, legacy = False
     if flags & TI_TORCH:
         _check_torch_bits(x)
     capsule = None
-    if (flags & TI_LEGACY) and not mask:
-        try:
-            capsule = _call_dlpack_legacy(x, 0, None)   # known to have refused max_version
-        except (TypeError, BufferError):
-            # This object of the type takes max_version after all (a wrapper type,
-            # say): forget the memo and ask the versioned way, the second and last
-            # call. Its capsule is kept whatever its device: no stream passed means
-            # the spec's default stream, which is what the handshake would pass.
-            _unmark_legacy_type(x)
-            capsule = _call_dlpack(x, mask, None, None, copy)
-            handshake = True
-    if capsule is None:
-        try:
-            capsule = _call_dlpack(x, mask, None, None, copy)
-        except TypeError as exc:
-            if mask:
-                raise
-            # A producer older than the 2023.12 keywords: the legacy call, once.
-            source = _producer_device(x)
-            handshake = True
+    stream = None
+    try:
+        if (flags & TI_LEGACY) and not mask:
+            legacy = True
             try:
+                capsule = _call_dlpack_legacy(x, 0, None)   # known to have refused max_version
+            except (TypeError, BufferError):
+                # This object of the type takes max_version after all (a wrapper type,
+                # say): forget the memo and ask the versioned way, the second and last
+                # call. Its capsule is kept whatever its device: no stream passed means
+                # the spec's default stream, which is what the handshake would pass.
+                _unmark_legacy_type(x)
+                legacy = False
+                capsule = _call_dlpack(x, mask, None, None, copy)
+                handshake = True
+        if capsule is None:
+            try:
+                capsule = _call_dlpack(x, mask, None, None, copy)
+            except TypeError:
+                if mask:
+                    raise
+                # A producer older than the 2023.12 keywords: the legacy call, once.
+                source = _producer_device(x)
+                handshake = True
+                legacy = True
                 if source.device_type == kDLROCM:
-                    capsule = _call_dlpack_legacy(x, KW_STREAM, 0)
+                    stream = 0
                 elif _needs_stream(source.device_type):
-                    capsule = _call_dlpack_legacy(x, KW_STREAM, 1)
-                else:
-                    capsule = _call_dlpack_legacy(x, 0, None)
-            except TypeError as exc2:
-                raise exc2 from exc
-            _mark_legacy_type(x)
-    if not PyCapsule_CheckExact(capsule):
-        raise TypeError(
-            f"from_dlpack(): {type(x).__name__}.__dlpack__() returned "
-            f"{type(capsule).__name__}; expected a PyCapsule")
-    t = _import_capsule(capsule)
+                    stream = 1
+                capsule = _call_dlpack_legacy(x, KW_STREAM if stream is not None else 0,
+                                              stream)
+                _mark_legacy_type(x)
+    except TensorbridgeError:
+        raise
+    except Exception as exc:
+        raise _call_error(x, KW_STREAM if stream is not None else mask, stream, None, copy,
+                          legacy, exc, _cpu_device)
+    t = _import_capsule(_checked_capsule(x, capsule))
     if _needs_stream(t._device.device_type):
         _mark_stream_type(x)   # this type has GPU data: the handshake first from now on
         if not handshake:
             return None        # released; the caller asks again, with the stream
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
-            f"from_dlpack(): copy=False, but {type(x).__name__} could only export a copy")
+            f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
+    _keep_immutable(t, flags)
     return t
 
 
@@ -2594,15 +2669,49 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
     return None
 
 
+cdef object _ask_producer(object x, int mask, object stream, object dl_device, object copy,
+                          DLDevice source):
+    """x's capsule for the request: __dlpack__(max_version=(1, 3), ...), or the
+    legacy call for a producer that refuses max_version (first, for a type known to
+    refuse it); __dlpack__ is called at most twice. What the producer raises comes
+    back as a ProducerError naming it and the call."""
+    cdef bint legacy = False
+    cdef bint legacy_first = (not (mask & (KW_DEVICE | KW_COPY))
+                              and (_type_slot(x).flags & TI_LEGACY))
+    try:
+        if legacy_first:
+            legacy = True
+            try:
+                return _call_dlpack_legacy(x, mask, stream)
+            except (TypeError, BufferError):
+                # This object of the type takes max_version after all (a wrapper
+                # type, say): forget the memo, and ask the versioned way (the second call).
+                _unmark_legacy_type(x)
+                legacy = False
+                return _call_dlpack(x, mask, stream, dl_device, copy)
+        try:
+            return _call_dlpack(x, mask, stream, dl_device, copy)
+        except TypeError:
+            if mask & (KW_DEVICE | KW_COPY):
+                raise
+            # A producer older than the 2023.12 keywords: the legacy call, once.
+            legacy = True
+            capsule = _call_dlpack_legacy(x, mask, stream)
+        _mark_legacy_type(x)
+        return capsule
+    except Exception as exc:
+        raise _call_error(x, mask, stream, dl_device, copy, legacy, exc, source)
+
+
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
-    cdef bint ndarray = _is_ndarray(x)
-    cdef bint legacy_first = False
-    if device is None and ndarray:
+    cdef bint queried = True
+    if device is None and _is_ndarray(x):
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
         source.device_type = kDLCPU
         source.device_id = 0
+        queried = False
     else:
         _check_torch_bits(x)
         source = _producer_device(x)
@@ -2634,48 +2743,30 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     elif copy is False:
         mask |= KW_COPY
 
-    if not (mask & (KW_DEVICE | KW_COPY)) and (_type_slot(x).flags & TI_LEGACY):
-        legacy_first = True     # known to have refused max_version: the legacy call first
-    capsule = None
-    if legacy_first:
-        try:
-            capsule = _call_dlpack_legacy(x, mask, stream_arg)
-        except (TypeError, BufferError):
-            # This object of the type takes max_version after all (a wrapper type,
-            # say): forget the memo, and ask the versioned way (the second call).
-            _unmark_legacy_type(x)
-    try:
-        if capsule is None:
-            capsule = _call_dlpack(x, mask, stream_arg, dl_device, copy)
-    except TypeError as exc:
-        if legacy_first or mask & (KW_DEVICE | KW_COPY):
-            raise
-        # A producer older than the 2023.12 keywords: the legacy call, once.
-        try:
-            capsule = _call_dlpack_legacy(x, mask, stream_arg)
-        except TypeError as exc2:
-            raise exc2 from exc
-        _mark_legacy_type(x)
-    except BufferError as exc:
-        if mask & KW_DEVICE:
-            raise BufferError(
-                f"from_dlpack(): {type(x).__name__} cannot export its "
-                f"{_dev_str(source)} data to {_dev_str(target)}: {exc}") from exc
-        raise
-    if not PyCapsule_CheckExact(capsule):
-        raise TypeError(
-            f"from_dlpack(): {type(x).__name__}.__dlpack__() returned "
-            f"{type(capsule).__name__}; expected a PyCapsule")
+    capsule = _checked_capsule(x, _ask_producer(x, mask, stream_arg, dl_device, copy, source))
     cdef Tensor t = _import_capsule(capsule)
     if (mask & KW_DEVICE) and not _same_device(t._device, target):
         raise BufferError(
-            f"from_dlpack(): {type(x).__name__}.__dlpack__(dl_device={dl_device}) returned "
+            f"from_dlpack(): {_type_name(x)}.__dlpack__(dl_device={dl_device}) returned "
             f"{_dev_str(t._device)} data instead of {_dev_str(target)}")
+    if queried and not (mask & KW_DEVICE) and not _same_device(t._device, source):
+        raise BufferError(
+            f"from_dlpack(): {_type_name(x)}.__dlpack_device__() says {_dev_str(source)}, "
+            f"but its __dlpack__() exported {_dev_str(t._device)} data; refused, as the "
+            "memory is not where its producer says")
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
-            f"from_dlpack(): copy=False, but {type(x).__name__} could only export a copy")
-    if self_copy and not (t._flags & TB_FLAG_IS_COPIED):
-        return _copy_contiguous(t, t._device)
+            f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
+    if copy is True and not (t._flags & TB_FLAG_IS_COPIED):
+        if self_copy:
+            return _copy_contiguous(t, t._device)
+        if _host_accessible(t._device.device_type):
+            # Asked to copy, the producer did not say it did (IS_COPIED): it may
+            # share. Memory the CPU can read is copied here, into plain host memory.
+            return _copy_contiguous(t, _cpu_device)
+        # Device memory, which tensorbridge cannot read: the producer's word is all
+        # there is (PyTorch copies without setting IS_COPIED).
+    _keep_immutable(t, _type_slot(x).flags)
     return t
 
 

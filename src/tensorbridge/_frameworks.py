@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from tensorbridge import _core
 from tensorbridge._core import Tensor
 from tensorbridge._dtypes import DTYPES
+from tensorbridge._known_types import check_import_order
 
 __all__ = ["FRAMEWORKS", "Framework", "framework_of", "resolve_target"]
 
@@ -72,6 +73,7 @@ class Framework:
 
     @classmethod
     def module(cls) -> Any:
+        check_import_order(cls.module_name or cls.name)  # ImportOrderError passes through
         try:
             return importlib.import_module(cls.module_name or cls.name)
         except ImportError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from tensorbridge import _core
 from tensorbridge._convert import convert
 from tensorbridge._dtypes import DTYPES
+from tensorbridge._errors import ImportOrderError
 from tensorbridge._frameworks import FRAMEWORKS, Framework
 
 __all__ = ["Exchange", "available", "dtype_sweep", "exchange_matrix"]
@@ -50,14 +51,25 @@ class Exchange:
         return {"zero-copy": "S", "copy": "C", "fails": "✗"}[self.status]
 
 
-def available(names: list[str] | None = None) -> dict[str, str]:
-    """The installed frameworks (importing each), with their versions."""
+def available(
+    names: list[str] | None = None, skipped: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The installed frameworks (importing each, in ORDER, which imports paddle
+    before tensorflow), with their versions. Frameworks that are installed but
+    cannot be imported in this process go into `skipped`, with the reason."""
     found = {}
-    for name in names or ORDER:
+    for name in sorted(names or ORDER, key=ORDER.index):
         framework = FRAMEWORKS[name]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # import-time chatter of the frameworks
-            if name != "tensorbridge" and not framework.available():
+            try:
+                if name != "tensorbridge":
+                    framework.module()
+            except ImportOrderError as exc:
+                if skipped is not None:
+                    skipped[name] = str(exc)
+                continue
+            except ImportError:
                 continue
         if name == "jax":
             import jax

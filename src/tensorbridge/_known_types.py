@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Facts about other frameworks that tensorbridge needs before it touches them,
+read from type and module names (no framework is imported): which producer types
+are immutable (computed once per type and cached by the compiled core), and which
+import orders crash the process."""
+
+from __future__ import annotations
+
+__all__ = ["check_import_order", "immutable_type"]
+
+#: Top-level modules whose every DLPack-exporting type is immutable: JAX arrays
+#: (JAX exports legacy capsules without READ_ONLY, yet writing through one changes
+#: an array JAX treats as a value) and Arrow arrays and tensors.
+_IMMUTABLE_MODULES = frozenset({"jax", "jaxlib", "pyarrow"})
+#: Immutable types in modules whose other types may be mutable: TensorFlow's
+#: eager tensors (its variables are mutable and export nothing).
+_IMMUTABLE_NAMES = frozenset({("tensorflow", "EagerTensor"), ("tensorflow", "_EagerTensorBase")})
+
+
+def immutable_type(cls: type) -> bool:
+    """True when arrays of ``cls`` must never be written through an import."""
+    for klass in cls.__mro__:
+        top = (getattr(klass, "__module__", None) or "").partition(".")[0]
+        if top in _IMMUTABLE_MODULES or (top, klass.__name__) in _IMMUTABLE_NAMES:
+            return True
+    return False
+
+
+def check_import_order(module_name: str) -> None:
+    """Raise ImportOrderError instead of importing a framework that would crash the
+    process: PaddlePaddle segfaults when it is imported after TensorFlow."""
+    import sys
+
+    top = module_name.partition(".")[0]
+    if top == "paddle" and "paddle" not in sys.modules and "tensorflow" in sys.modules:
+        from tensorbridge._errors import ImportOrderError
+
+        raise ImportOrderError(
+            "tensorbridge: paddle cannot be imported into this process because tensorflow "
+            "is already loaded (PaddlePaddle crashes the process when it is imported after "
+            "TensorFlow); import paddle before tensorflow, or convert in another process"
+        )

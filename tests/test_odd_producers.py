@@ -1,0 +1,386 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Producers and consumers that break the protocol never get tensorbridge to crash,
+leak, free twice or lie (docs/design.md, "Odd producers and consumers")."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from producers import Producer, capsule_of
+
+import tensorbridge as tb
+from tensorbridge import _testing
+from tensorbridge._core import FLAG_IS_COPIED, _inspect_capsule
+
+# --------------------------------------------------------------------------
+# Capsules whose struct is not what their name says
+# --------------------------------------------------------------------------
+
+
+def test_a_versioned_struct_in_a_legacy_named_capsule_is_left_alone():
+    # pydlpack 0.2.1 does this. Read as a legacy struct its fields are nonsense;
+    # the "deleter" at the legacy offset is something else. tensorbridge refuses
+    # it without renaming it or calling anything, and the capsule's own
+    # destructor (which knows its real kind) frees it once.
+    a = np.arange(4.0)
+    capsule, counter = capsule_of(a, versioned=True, name="dltensor")
+    with pytest.raises(BufferError, match="from_dlpack"):
+        tb.from_dlpack(capsule)
+    assert _testing.capsule_name(capsule) == "dltensor"
+    assert counter.calls == 0
+    del capsule
+    gc.collect()
+    assert counter.calls == 1
+
+
+def test_the_pydlpack_case_does_not_crash_the_process():
+    # The same through a producer object, in a child process (it was a SIGSEGV).
+    code = textwrap.dedent(
+        """
+        import numpy as np, tensorbridge as tb
+        from producers import Producer, capsule_of
+        a = np.arange(4.0)
+        p = Producer(lambda **kw: capsule_of(a, versioned=True, name="dltensor"))
+        try:
+            tb.from_dlpack(p)
+        except BufferError as exc:
+            print("refused:", type(exc).__name__)
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=_tests_dir())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "refused: BufferError" in run.stdout
+
+
+def _tests_dir():
+    import pathlib
+
+    return str(pathlib.Path(__file__).parent)
+
+
+@pytest.mark.parametrize("via", ["from_dlpack", "asarray", "convert"])
+def test_refused_capsules_are_untouched_on_every_front_door(via):
+    a = np.arange(4.0)
+    capsule, counter = capsule_of(a, dtype=(2, 24, 1))
+    call = {"from_dlpack": tb.from_dlpack, "asarray": tb.asarray,
+            "convert": lambda c: tb.convert(c, "numpy")}[via]
+    with pytest.raises(BufferError, match="bits=24"):
+        call(capsule)
+    assert _testing.capsule_name(capsule) == "dltensor_versioned"
+    assert counter.calls == 0
+    del capsule
+    assert counter.calls == 1
+
+
+# --------------------------------------------------------------------------
+# Our capsules renamed by consumers
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
+@pytest.mark.parametrize("new_name", ["used_dltensor", "used_dltensor_versioned", "used_x"])
+def test_any_used_name_means_consumed(max_version, new_name):
+    # A consumer that took the tensor calls its deleter; the capsule must not.
+    t = tb.asarray(np.arange(3.0))
+    capsule = t.__dlpack__(max_version=max_version)
+    _testing.set_capsule_name(capsule, new_name)
+    del capsule  # was a SIGSEGV: the destructor re-entered the capsule's deallocation
+    gc.collect()
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_foreign_name_is_reported_and_leaked_not_freed():
+    seen = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        capsule = tb.asarray(np.arange(3.0)).__dlpack__(max_version=(1, 3))
+        _testing.set_capsule_name(capsule, "renamed_by_someone")
+        del capsule
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert len(seen) == 1
+    assert seen[0].object is None  # never the dying capsule
+    assert isinstance(seen[0].exc_value, RuntimeWarning)
+    assert "renamed to 'renamed_by_someone'" in str(seen[0].exc_value)
+    assert "leaked rather than risk freeing it twice" in str(seen[0].exc_value)
+
+
+def test_an_unconsumed_capsule_frees_its_tensor():
+    import weakref
+
+    t = tb.asarray(np.arange(3.0))
+    ref = weakref.ref(t)
+    capsule = t.__dlpack__(max_version=(1, 3))
+    del t
+    assert ref() is not None  # the capsule holds it
+    del capsule
+    assert ref() is None
+
+
+# --------------------------------------------------------------------------
+# Producers that ignore the request
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", [(3, 0), (13, 0), (11, 0)], ids=["cuda_host", "managed",
+                                                                     "rocm_host"])
+def test_copy_true_ignored_on_host_memory_still_gives_a_private_copy(device):
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a, device=device), device=device)
+    t = tb.from_dlpack(p, copy=True)
+    assert p.calls[-1].get("copy") is True  # the producer was asked ...
+    assert t.data_ptr() != a.ctypes.data     # ... ignored it; the copy is ours
+    assert t.device == "cpu"                 # in plain host memory
+    np.from_dlpack(t)[0] = -1
+    assert a[0] == 0
+
+
+def test_copy_true_ignored_on_the_cpu_gives_a_private_copy():
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a))
+    t = tb.asarray(p, copy=True)
+    np.from_dlpack(t)[0] = -1
+    assert a[0] == 0
+
+
+def test_copy_true_honoured_by_the_producer_is_not_copied_again():
+    a = np.arange(4.0)
+    private = a.copy()
+    p = Producer(lambda **kw: capsule_of(private, device=(3, 0), flags=FLAG_IS_COPIED),
+                 device=(3, 0))
+    t = tb.from_dlpack(p, copy=True)
+    assert t.data_ptr() == private.ctypes.data
+    assert t.device == "cuda_host"
+
+
+@pytest.mark.parametrize(
+    ("reported", "exported", "message"),
+    [
+        ((2, 0), (1, 0), "says cuda:0, but its __dlpack__\\(\\) exported cpu data"),
+        ((3, 0), (1, 0), "says cuda_host:0, but its __dlpack__\\(\\) exported cpu data"),
+        ((2, 0), (2, 1), "says cuda:0, but its __dlpack__\\(\\) exported cuda:1 data"),
+    ],
+)
+@pytest.mark.parametrize("kwargs", [{"copy": True}, {"stream": -1}])
+def test_a_capsule_on_another_device_than_reported_is_refused(reported, exported, message,
+                                                              kwargs):
+    # Whenever __dlpack_device__ was asked. (A plain from_dlpack(x) of a type that
+    # never exported GPU memory asks __dlpack__ directly: nothing was reported.)
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a, device=exported), device=reported)
+    with pytest.raises(BufferError, match=message):
+        tb.from_dlpack(p, **kwargs)
+    gc.collect()
+    assert all(c.calls == 1 for c in p.counters)  # imported, then released once
+
+
+def test_a_capsule_on_another_device_than_requested_is_refused():
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a, device=(2, 0)), device=(2, 0))
+    with pytest.raises(BufferError, match=r"dl_device=\(1, 0\)\) returned cuda:0 data"):
+        tb.from_dlpack(p, device="cpu")
+
+
+def test_at_most_two_calls_whatever_the_producer_does():
+    def refuse(**kw):
+        raise TypeError("no")
+
+    p = Producer(refuse)
+    with pytest.raises(TypeError):
+        tb.from_dlpack(p)
+    assert len(p.calls) == 2
+
+
+def test_an_old_signature_cannot_take_copy_false():
+    old = Producer(lambda **kw: capsule_of(np.arange(2.0), versioned=False),
+                   accepts=("stream",))
+    with pytest.raises(TypeError, match=r"does not take copy= \(a producer older than the "
+                                        r"DLPack 2023\.12 keywords") as info:
+        tb.from_dlpack(old, copy=False)
+    assert isinstance(info.value, tb.ProducerError)
+    assert "unexpected keyword argument" in str(info.value.__cause__)
+    assert len(old.calls) == 1
+
+
+def test_an_old_signature_cannot_take_dl_device():
+    old = Producer(lambda **kw: capsule_of(np.arange(2.0), versioned=False, device=(3, 0)),
+                   device=(3, 0), accepts=("stream",))
+    with pytest.raises(TypeError, match="does not take dl_device="):
+        tb.from_dlpack(old, device="cpu")
+
+
+def test_an_old_signature_still_works_without_requests():
+    a = np.arange(2.0)
+    old = Producer(lambda **kw: capsule_of(a, versioned=False), accepts=("stream",))
+    assert tb.from_dlpack(old).data_ptr() == a.ctypes.data
+    assert tb.from_dlpack(old, copy=True).data_ptr() != a.ctypes.data  # copied here
+
+
+@pytest.mark.parametrize("returned", [b"bytes", None, 3])
+def test_a_producer_returning_no_capsule_is_named(returned):
+    with pytest.raises(TypeError, match=r"producers\.Producer\.__dlpack__\(\) returned "):
+        tb.from_dlpack(Producer(lambda **kw: returned))
+
+
+@pytest.mark.parametrize("exc_type", [RuntimeError, ValueError, BufferError, KeyError])
+def test_an_exception_inside_dlpack_names_the_producer(exc_type):
+    def boom(**kw):
+        raise exc_type("boom")
+
+    with pytest.raises(exc_type) as info:
+        tb.from_dlpack(Producer(boom))
+    err = info.value
+    assert isinstance(err, tb.ProducerError) and isinstance(err, tb.TensorbridgeError)
+    assert err.args[0].startswith(
+        "from_dlpack(): producers.Producer.__dlpack__(max_version=(1, 3)) raised: "
+        f"{exc_type.__name__}: ")
+    assert type(err.__cause__) is exc_type
+
+
+def test_an_exception_inside_dlpack_device_names_the_producer():
+    class Broken:
+        def __dlpack__(self, **kw):
+            raise AssertionError("not reached")
+
+        def __dlpack_device__(self):
+            raise RuntimeError("no device today")
+
+    with pytest.raises(RuntimeError, match=r"Broken\.__dlpack_device__\(\) raised: "
+                                           r"RuntimeError: no device today"):
+        tb.from_dlpack(Broken(), device="cpu")
+
+
+def test_interrupts_and_memory_errors_are_not_wrapped():
+    def interrupt(**kw):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        tb.from_dlpack(Producer(interrupt))
+    assert not isinstance(info.value, tb.ProducerError)
+
+
+def test_a_device_refusal_keeps_buffer_error():
+    p = Producer(lambda **kw: (_ for _ in ()).throw(BufferError("cannot move")),
+                 device=(2, 0))
+    with pytest.raises(BufferError, match="cannot export its cuda:0 data to cpu: "):
+        tb.from_dlpack(p, device="cpu")
+
+
+# --------------------------------------------------------------------------
+# Inputs that are not DLPack objects
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("obj", [object(), 3, "text"])
+def test_no_dlpack_methods_is_an_attribute_error_and_a_type_error(obj):
+    with pytest.raises(AttributeError, match="lacks __dlpack__ and __dlpack_device__"):
+        tb.from_dlpack(obj)
+    with pytest.raises(TypeError):
+        tb.from_dlpack(obj)
+    with pytest.raises(tb.NotDLPackError):
+        tb.from_dlpack(obj)
+
+
+# --------------------------------------------------------------------------
+# Immutable producers
+# --------------------------------------------------------------------------
+
+
+def test_jax_arrays_are_imported_read_only():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(4.0)
+    t = tb.from_dlpack(x)
+    assert t.readonly
+    with pytest.raises(ValueError, match="read-only"):
+        np.from_dlpack(t)[0] = 1.0
+    assert tb.asarray(x).readonly
+    assert not tb.from_dlpack(x, copy=True).readonly  # a private copy may be written
+    assert float(x[0]) == 0.0
+
+
+def test_immutable_types_are_known_by_name():
+    from tensorbridge._known_types import immutable_type
+
+    jax_type = type("ArrayImpl", (), {"__module__": "jaxlib._jax"})
+    eager = type("EagerTensor", (), {"__module__": "tensorflow.python.framework.ops"})
+    variable = type("ResourceVariable", (), {"__module__": "tensorflow.python.ops"})
+    lookalike = type("ArrayImpl", (), {"__module__": "jax_helpers"})
+    assert immutable_type(jax_type) and immutable_type(eager)
+    assert immutable_type(type("Sub", (jax_type,), {}))  # subclasses too
+    assert not immutable_type(variable) and not immutable_type(lookalike)
+    assert not immutable_type(np.ndarray)
+
+
+def test_an_exported_view_reads_right_through_a_consumer_that_ignores_byte_offset():
+    # What dlpack's reference C consumer does: read data, ignore byte_offset.
+    import ctypes
+
+    t = tb.asarray(np.arange(12.0).reshape(3, 4))[1:, 2:]
+    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    first = ctypes.c_double.from_address(info["data"]).value
+    assert first == 6.0
+
+
+# --------------------------------------------------------------------------
+# Import orders that crash the process
+# --------------------------------------------------------------------------
+
+
+def test_paddle_is_never_imported_after_tensorflow():
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("paddle")
+    code = textwrap.dedent(
+        """
+        import sys, numpy as np
+        import tensorflow
+        import tensorbridge as tb
+        from tensorbridge import _matrix
+        try:
+            tb.convert(np.ones(3), "paddle")
+        except ImportError as exc:
+            print(type(exc).__name__, isinstance(exc, tb.TensorbridgeError))
+            print(exc)
+        skipped = {}
+        found = _matrix.available(["numpy", "tensorflow", "paddle"], skipped)
+        print(sorted(found), sorted(skipped))
+        print("paddle" in sys.modules)
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0] == "ImportOrderError True"
+    assert "paddle cannot be imported into this process because tensorflow is already " \
+           "loaded" in lines[1]
+    assert "import paddle before tensorflow, or convert in another process" in lines[1]
+    assert lines[2] == "['numpy', 'tensorflow'] ['paddle']"
+    assert lines[3] == "False"
+
+
+def test_the_matrix_imports_paddle_before_tensorflow():
+    # Asked in the order that would crash, the matrix imports in its own order.
+    if not (_installed("paddle") and _installed("tensorflow")):
+        pytest.skip("needs paddle and tensorflow")
+    code = (
+        "from tensorbridge import _matrix; "
+        "print(list(_matrix.available(['tensorflow', 'paddle'])))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[-1] == "['paddle', 'tensorflow']"
+
+
+def _installed(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
