@@ -8,9 +8,12 @@ Ownership invariants (docs/design.md, "Ownership and lifetime"):
 1. A Tensor either *owns* its memory (``_owner_kind != OWN_NONE``: a producer's
    managed tensor, a Py_buffer, or an allocation of ours) or is a *view* whose
    ``_base`` is the owning Tensor (never a chain of views).
-2. Importing a capsule: check the name, read the pointer, rename the capsule to
-   ``used_*`` and only then wrap the pointer in a Tensor; from that moment the
-   Tensor owns it, so every later failure frees it through ``__dealloc__``.
+2. Importing a capsule: the name says the struct kind; every field is validated
+   before the capsule is touched (a refused capsule keeps its name and is freed by
+   its own destructor); then the Tensor takes the pointer and the capsule is
+   renamed ``used_*``, with nothing in between that can fail. Managed tensors from
+   a C exchange table are owned from the start: a refused one is released by the
+   Tensor that adopted it.
 3. ``__dealloc__`` of an owner calls the producer's deleter once (if not NULL).
    Views keep the owner alive, so the deleter runs when the last view dies.
 4. Exported managed tensors hold a strong reference to the exporting Tensor
@@ -407,6 +410,10 @@ cdef class Tensor:
         ``dl_device`` may be the tensor's own device, or ``(kDLCPU, 0)`` for
         host-accessible memory; ``copy=True`` exports a private copy (CPU data
         only) flagged ``IS_COPIED``. Anything impossible raises BufferError.
+        ``data`` points at the first element and ``byte_offset`` is 0 wherever
+        the data pointer is an address (CPU, CUDA, ROCm, oneAPI and their host
+        and managed kinds); elsewhere (OpenCL, Vulkan, Metal, ...) the offset
+        stays in ``byte_offset``.
         """
         cdef bint versioned = _parse_max_version(max_version)
         _check_export_stream(self._device.device_type, stream)
@@ -2359,6 +2366,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
         if resolve_bits:
             return None
         _refuse_torch_bits(what)
+    _keep_immutable(t, _type_slot(x).flags)
     return t
 
 
@@ -2832,9 +2840,25 @@ def from_dlpack(x, /, *, device=None, copy=None, stream=None):
     ------
     BufferError
         The tensor cannot be exchanged as asked (device, dtype, layout,
-        a consumed capsule, ``copy=False`` impossible).
+        a consumed capsule, ``copy=False`` impossible, a capsule on another
+        device than the producer reported). A refused capsule is left as it
+        was (not renamed, its deleter not called).
+    NotDLPackError
+        ``x`` has no ``__dlpack__``/``__dlpack_device__`` and is not a capsule
+        (an ``AttributeError`` and a ``TypeError``).
+    ProducerError
+        ``x.__dlpack__`` or ``x.__dlpack_device__`` raised; the exception's class
+        also derives from the producer's exception type, which is its
+        ``__cause__``.
     TypeError
-        ``x`` is not a DLPack object or capsule, or an argument has the wrong type.
+        A capsule with a foreign name, a producer returning something else than
+        a capsule, or an argument of the wrong type.
+
+    Notes
+    -----
+    Arrays of immutable types (JAX, Arrow, TensorFlow eager tensors) are
+    imported read-only even from legacy capsules. ``copy=True`` always gives
+    private memory where the CPU can read it, whatever the producer did.
 
     Examples
     --------
