@@ -384,3 +384,26 @@ def _installed(name):
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_a_producer_exception_with_its_own_constructor_keeps_its_attributes():
+    # TensorFlow's OpError takes (node_def, op, message): wrapped all the same.
+    class OpError(Exception):
+        def __init__(self, node_def, op, message):
+            super().__init__(message)
+            self.error_code = 3
+
+    def boom(**kw):
+        raise OpError(None, None, "unsupported type")
+
+    with pytest.raises(OpError, match=r"Producer\.__dlpack__\(max_version=\(1, 3\)\) raised: "
+                                      r"OpError: unsupported type") as info:
+        tb.from_dlpack(Producer(boom))
+    assert isinstance(info.value, tb.ProducerError)
+    assert info.value.error_code == 3
+
+
+@pytest.mark.parametrize("obj", [[1.0], object()])
+def test_to_dlpack_names_itself(obj):
+    with pytest.raises(tb.NotDLPackError, match=r"^to_dlpack\(\): expected an object with"):
+        tb.to_dlpack(obj)

@@ -416,7 +416,6 @@ cdef class Tensor:
         stays in ``byte_offset``.
         """
         cdef bint versioned = _parse_max_version(max_version)
-        _check_export_stream(self._device.device_type, stream)
         cdef DLDevice target = self._device
         if dl_device is not None:
             target = _parse_dl_device(dl_device, "__dlpack__(): dl_device")
@@ -428,6 +427,8 @@ cdef class Tensor:
                         f"__dlpack__(): cannot export {_dev_str(self._device)} memory to "
                         f"dl_device={_dev_str(target)}; tensorbridge exports on the tensor's "
                         "own device, or to (kDLCPU, 0) for host-accessible memory")
+        # The stream must suit the device the export is on (None, or -1, for the CPU).
+        _check_export_stream(target.device_type, stream)
         cdef Tensor source = self
         cdef uint64_t extra = 0
         if copy is True:
@@ -788,6 +789,11 @@ cdef int _check_export_stream(int32_t device_type, object stream) except -1:
             raise ValueError(
                 "__dlpack__(): stream=0 is ambiguous for CUDA; pass 1 (legacy default), "
                 "2 (per-thread default), a stream handle, or -1 for no synchronisation")
+    elif device_type == kDLROCM:
+        if stream == 1 or stream == 2:
+            raise ValueError(
+                f"__dlpack__(): stream={stream} is not a ROCm stream (1 and 2 are CUDA's "
+                "default streams); pass 0 (the default stream), a stream handle, or -1")
     # tensorbridge never enqueues device work, so no stream ever holds pending
     # writes of ours: every valid stream is already safe to read on.
     return 0
@@ -1619,8 +1625,9 @@ def _has_buffer(obj):
     """True when obj exports the buffer protocol."""
     return PyObject_CheckBuffer(obj)
 
-class _CopyNeeded(BufferError):
-    """copy=False was asked, but the producer could only export a copy."""
+class _CopyNeeded(BufferError, ValueError):
+    """copy=False was asked, but only a copy would do. A BufferError (the standard's
+    `copy` text) and a ValueError (its `device` text and Raises section)."""
 
 
 cdef DLDataType _buffer_dtype(const char* fmt, Py_ssize_t itemsize) except *:
@@ -2061,10 +2068,10 @@ cdef DLDevice _producer_device(object x) except *:
     return _parse_dl_device(result, f"from_dlpack(): {type(x).__name__}.__dlpack_device__()")
 
 
-cdef int _raise_not_dlpack(object x) except -1:
+cdef int _raise_not_dlpack(object x, str api="from_dlpack()") except -1:
     missing = [m for m in ("__dlpack__", "__dlpack_device__") if not hasattr(type(x), m)]
     raise NotDLPackError(
-        f"from_dlpack(): expected an object with __dlpack__ and __dlpack_device__ or a "
+        f"{api}: expected an object with __dlpack__ and __dlpack_device__ or a "
         f"DLPack capsule; got {type(x).__module__}.{type(x).__qualname__}, which lacks "
         f"{' and '.join(missing)}")
 
@@ -2740,9 +2747,23 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     elif source.device_type == kDLROCM:
         mask |= KW_STREAM
         stream_arg = 0 if stream is None else stream   # 0: the default stream on ROCm
+        if stream_arg == 1 or stream_arg == 2:
+            raise ValueError(
+                f"from_dlpack(): stream={stream_arg} is not a ROCm stream (1 and 2 are "
+                "CUDA's default streams); pass 0 (the default stream), a stream handle, "
+                "or -1 for no synchronisation")
     if not _same_device(source, target):
         mask |= KW_DEVICE
         dl_device = (target.device_type, target.device_id)
+        if target.device_type == kDLCPU:
+            # "For kDLCPU, stream must be None": the producer synchronises fully.
+            mask &= ~KW_STREAM
+            stream_arg = None
+        if copy is False and not (target.device_type == kDLCPU and target.device_id == 0
+                                  and _host_accessible(source.device_type)):
+            raise _CopyNeeded(
+                f"from_dlpack(): copy=False, but moving {_type_name(x)}'s "
+                f"{_dev_str(source)} data to {_dev_str(target)} needs a copy")
     if copy is True:
         if target.device_type == kDLCPU:
             self_copy = True      # import without a copy, then copy here if needed
@@ -3250,8 +3271,11 @@ def to_dlpack(tensor, /):
     cdef Tensor t
     if type(tensor) is Tensor:
         t = <Tensor>tensor
-    else:
+    elif PyCapsule_CheckExact(tensor) or (hasattr(type(tensor), "__dlpack__")
+                                          and hasattr(type(tensor), "__dlpack_device__")):
         t = from_dlpack(tensor)
+    else:
+        _raise_not_dlpack(tensor, "to_dlpack()")
     if t._flags & TB_FLAG_READ_ONLY:
         raise BufferError(
             "to_dlpack(): cannot export a read-only tensor as a legacy 'dltensor' capsule, "

@@ -33,8 +33,15 @@ class ProducerError(TensorbridgeError):
     """A producer's ``__dlpack__`` or ``__dlpack_device__`` raised; see ``__cause__``.
 
     Instances belong to a subclass that also derives from the producer's exception
-    type, so ``except BufferError`` still catches a producer's ``BufferError``.
+    type, so ``except BufferError`` still catches a producer's ``BufferError``, and
+    keep the original's attributes (a TensorFlow ``OpError``'s ``error_code``, ...).
     """
+
+    _tb_message = ""
+
+    def __str__(self) -> str:
+        # Ours, whatever the mixed-in type's __str__ would make of its attributes.
+        return self._tb_message or super().__str__()
 
 
 class ImportOrderError(TensorbridgeError, ImportError):
@@ -63,9 +70,18 @@ def producer_error(exc: BaseException, message: str) -> BaseException:
         except TypeError:  # a final class or a layout conflict
             cls = ProducerError
         _producer_classes[base] = cls
+    text = f"{message}: {base.__name__}: {exc}"
     try:
-        new = cls(f"{message}: {base.__name__}: {exc}")
-    except Exception:  # a constructor with other arguments
-        return exc
+        new = cls(text)
+    except Exception:
+        # A constructor with other arguments (TensorFlow's OpError, UnicodeError):
+        # made without it, with the original's attributes.
+        try:
+            new = cls.__new__(cls)
+            new.__dict__.update(getattr(exc, "__dict__", {}))
+            new.args = (text,)
+        except Exception:
+            return exc
+    new._tb_message = text
     new.__cause__ = exc
     return new
