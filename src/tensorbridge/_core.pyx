@@ -956,6 +956,22 @@ cdef Tensor _import_capsule(object capsule):
         f"got a capsule named {shown}")
 
 
+cdef int32_t _capsule_device_type(object capsule) except? -2:
+    """The device type an unconsumed DLPack capsule describes, read without consuming
+    it; -1 when the capsule is not one whose struct tensorbridge can read."""
+    cdef const char* name = PyCapsule_GetName(capsule)
+    cdef DLManagedTensorVersioned* versioned
+    if name == NULL:
+        return -1
+    if strcmp(name, TB_CAPSULE_VERSIONED) == 0:
+        versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, name)
+        if versioned.version.major == TB_DLPACK_MAJOR:
+            return versioned.dl_tensor.device.device_type
+    elif strcmp(name, TB_CAPSULE_LEGACY) == 0:
+        return (<DLManagedTensor*>PyCapsule_GetPointer(capsule, name)).dl_tensor.device.device_type
+    return -1
+
+
 cdef str _dtype_error(DLDataType dt):
     if dt.code == kDLOpaqueHandle:
         return (f"from_dlpack(): DLTensor.dtype code 3 (kDLOpaqueHandle, bits={dt.bits}) "
@@ -2428,11 +2444,18 @@ cdef void _free_allocated(DLManagedTensorVersioned* self) noexcept nogil:
         free(self)
 
 
+cdef void _no_set_error(void* ctx, const char* kind, const char* message) noexcept nogil:
+    pass
+
+
 cdef int _api_allocate(DLTensor* proto, DLManagedTensorVersioned** out, void* error_ctx,
                        void (*set_error)(void*, const char*, const char*) noexcept nogil
                        ) noexcept nogil:
     """A new C-contiguous tensor shaped like proto (dtype, ndim, shape, device).
-    Pure C, so it may be called without the GIL. CPU memory only."""
+    Pure C, so it may be called without the GIL. CPU memory only. A caller that
+    passes no SetError (tvm-ffi's tests do) learns of a failure from -1 alone."""
+    if set_error == NULL:
+        set_error = _no_set_error
     cdef char message[200]
     cdef int ndim, i
     cdef int64_t count = 1, nbytes, step
@@ -2633,11 +2656,20 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     except Exception as exc:
         raise _call_error(x, KW_STREAM if stream is not None else mask, stream, None, copy,
                           legacy, exc, _cpu_device)
-    t = _import_capsule(_checked_capsule(x, capsule))
+    _checked_capsule(x, capsule)
+    if not handshake and _needs_stream(_capsule_device_type(capsule)):
+        # GPU memory, asked for without a stream: not consumed (its destructor frees
+        # it, or a producer that hands out one capsule gives it again), and the type
+        # gets the stream handshake, now and from now on.
+        _mark_stream_type(x)
+        return None
+    try:
+        t = _import_capsule(capsule)
+    except BaseException:
+        capsule = None  # a refused capsule's destructor runs now, with no error pending
+        raise
     if _needs_stream(t._device.device_type):
         _mark_stream_type(x)   # this type has GPU data: the handshake first from now on
-        if not handshake:
-            return None        # released; the caller asks again, with the stream
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
@@ -2773,7 +2805,12 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
         mask |= KW_COPY
 
     capsule = _checked_capsule(x, _ask_producer(x, mask, stream_arg, dl_device, copy, source))
-    cdef Tensor t = _import_capsule(capsule)
+    cdef Tensor t
+    try:
+        t = _import_capsule(capsule)
+    except BaseException:
+        capsule = None  # a refused capsule's destructor runs now, with no error pending
+        raise
     if (mask & KW_DEVICE) and not _same_device(t._device, target):
         raise BufferError(
             f"from_dlpack(): {_type_name(x)}.__dlpack__(dl_device={dl_device}) returned "
