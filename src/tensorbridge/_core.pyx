@@ -318,7 +318,9 @@ cdef class Tensor:
         return True
 
     cdef inline char* _ptr(self) noexcept nogil:
-        return <char*>self._data + self._byte_offset
+        # In integers: a producer's pointer may be anything, and C pointer
+        # arithmetic that leaves an object is undefined.
+        return <char*>(<uintptr_t>self._data + <uintptr_t>self._byte_offset)
 
     # -- public metadata ----------------------------------------------------
 
@@ -1313,7 +1315,7 @@ cdef int _apply_offset(Tensor v, int64_t elements) except -1:
         v._byte_offset = <uint64_t>(<int64_t>v._byte_offset + delta)
     else:
         # A negative offset cannot be a byte_offset: fold it into the pointer.
-        v._data = <char*>v._data + <int64_t>v._byte_offset + delta
+        v._data = <void*>(<uintptr_t>v._data + <uintptr_t>(<int64_t>v._byte_offset + delta))
         v._byte_offset = 0
     return 0
 
@@ -1619,7 +1621,7 @@ def _fold_offset(Tensor t):
     if t._byte_offset == 0:
         return t
     cdef Tensor v = _view(t)
-    v._data = <char*>t._data + t._byte_offset
+    v._data = <void*>(<uintptr_t>t._data + <uintptr_t>t._byte_offset)
     v._byte_offset = 0
     return v
 

@@ -3,17 +3,19 @@
 """Private test support: craft arbitrary (also malformed) DLPack capsules.
 
 ``make_capsule`` builds a legacy or versioned capsule from explicit field
-values. Its deleter counts its calls on a :class:`DeleterCounter`; the
-managed struct itself belongs to the counter (freed when the counter dies),
+values, under any name. Its deleter counts its calls on a :class:`DeleterCounter`;
+the managed struct itself belongs to the counter (freed when the counter dies),
 so even a buggy second deleter call is counted instead of touching freed
-memory. Not a public API.
+memory. The capsule's own destructor knows the struct's real kind: when the
+capsule dies with the name it was made with (nobody consumed it), it calls the
+deleter of that kind; renamed, it does nothing. Not a public API.
 """
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_RECORDS_RO
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
-from libc.string cimport memset
+from libc.string cimport memset, strcmp
 
 from tensorbridge._dlpack cimport *
 
@@ -24,6 +26,14 @@ cdef extern from "Python.h":
     const char* PyCapsule_GetName(object capsule) except? NULL
     int PyCapsule_SetName(object capsule, const char* name) except -1
     bint Py_IsInitialized()
+    int PyCapsule_SetContext(object capsule, void* context) except -1
+    # For capsule destructors, which get a capsule whose reference count is 0 (no
+    # Python object may be made of it).
+    const char* _raw_capsule_name "PyCapsule_GetName"(PyObject* capsule) noexcept
+    void* _raw_capsule_context "PyCapsule_GetContext"(PyObject* capsule) noexcept
+    void PyErr_Fetch(PyObject** type, PyObject** value, PyObject** tb) noexcept
+    void PyErr_Restore(PyObject* type, PyObject* value, PyObject* tb) noexcept
+    void PyErr_Clear() noexcept
 
 cdef extern from "_runtime.h":
     void tb_capsule_destructor_versioned(PyObject*) noexcept
@@ -43,9 +53,13 @@ cdef class DeleterCounter:
 
     cdef public int calls
     cdef public int nested_calls
+    #: deleter calls made by the capsule's own destructor (it died unconsumed)
+    cdef public int capsule_frees
     cdef bint _released
     cdef void* _block
     cdef object _keepalive
+    cdef bint _versioned        # the struct's real kind
+    cdef bytes _name            # the name the capsule was made with (None: NULL)
 
     def __dealloc__(self):
         PyMem_Free(self._block)
@@ -84,29 +98,78 @@ cdef void _deleter_legacy(DLManagedTensor* self) noexcept nogil:
         _count_call(<DeleterCounter>self.manager_ctx)
 
 
-# Capsule names must be static strings.
-cdef dict _NAMES = {
-    "dltensor": 0, "dltensor_versioned": 1, "used_dltensor": 2,
-    "used_dltensor_versioned": 3, "not_a_tensor": 4,
-}
-cdef const char* _name_ptr(int i) noexcept:
-    if i == 0: return "dltensor"
-    if i == 1: return "dltensor_versioned"
-    if i == 2: return "used_dltensor"
-    if i == 3: return "used_dltensor_versioned"
-    return "not_a_tensor"
+cdef void _run_deleter(void* managed, bint versioned) noexcept nogil:
+    cdef DLManagedTensorVersioned* mv
+    cdef DLManagedTensor* ml
+    if versioned:
+        mv = <DLManagedTensorVersioned*>managed
+        if mv.deleter != NULL:
+            mv.deleter(mv)
+    else:
+        ml = <DLManagedTensor*>managed
+        if ml.deleter != NULL:
+            ml.deleter(ml)
+
+
+cdef void _release_unconsumed(PyObject* capsule, DeleterCounter counter) noexcept:
+    cdef const char* name = _raw_capsule_name(capsule)
+    cdef bint unchanged
+    if counter._name is None:
+        unchanged = name == NULL
+    else:
+        unchanged = name != NULL and strcmp(name, <const char*>counter._name) == 0
+    if unchanged:
+        counter.capsule_frees += 1
+        _run_deleter(counter._block, counter._versioned)
+
+
+cdef void _crafted_capsule_destructor(PyObject* capsule) noexcept:
+    """Destructor of every crafted capsule: its context is a strong reference to the
+    DeleterCounter (so the struct outlives the capsule whatever a consumer did)."""
+    cdef PyObject *etype
+    cdef PyObject *evalue
+    cdef PyObject *etb
+    PyErr_Fetch(&etype, &evalue, &etb)
+    cdef void* ctx = _raw_capsule_context(capsule)
+    if ctx != NULL:
+        _release_unconsumed(capsule, <DeleterCounter>ctx)
+        Py_DECREF(<object>ctx)
+    PyErr_Clear()
+    PyErr_Restore(etype, evalue, etb)
+
+
+cdef dict _kept_names = {}
+
+
+cdef bytes _name_bytes(name):
+    b = name.encode() if isinstance(name, str) else bytes(name)
+    return _kept_names.setdefault(b, b)
+
+
+def set_capsule_name(capsule, name):
+    """Rename any capsule (``None``: a NULL name), as a consumer does. The name's
+    bytes are kept alive for the life of the process."""
+    if name is None:
+        PyCapsule_SetName(capsule, NULL)
+        return
+    cdef bytes b = _name_bytes(name)
+    PyCapsule_SetName(capsule, <const char*>b)
 
 
 def make_capsule(data=0, *, shape=(), strides=None, dtype=(2, 32, 1), device=(1, 0),
                  byte_offset=0, versioned=True, version=(1, 3), flags=0, ndim=None,
-                 null_shape=False, deleter=True, name=None, owner=None):
+                 null_shape=False, deleter=True, name=None, null_name=False, owner=None):
     """Build a DLPack capsule from explicit fields.
 
     ``data`` is an address (int) or an object with the buffer protocol (its
     address is used and the object kept alive until the deleter runs);
     ``owner`` is any extra object to keep alive the same way. ``strides=None``
     writes NULL strides. ``ndim`` overrides ``len(shape)`` (the shape array
-    always holds ``len(shape)`` entries). Returns ``(capsule, counter)``.
+    always holds ``len(shape)`` entries). ``versioned`` chooses the struct;
+    ``name`` (str or bytes) the capsule's name, by default the one matching the
+    struct (``null_name=True``: NULL). Dropped under the name it was made with,
+    the capsule calls the deleter of its real struct kind. Returns
+    ``(capsule, counter)``.
     """
     cdef Py_buffer view
     cdef uintptr_t address
@@ -132,6 +195,7 @@ def make_capsule(data=0, *, shape=(), strides=None, dtype=(2, 32, 1), device=(1,
     counter = DeleterCounter()
     (<DeleterCounter>counter)._block = block
     (<DeleterCounter>counter)._keepalive = keepalive
+    (<DeleterCounter>counter)._versioned = versioned
     cdef DLManagedTensorVersioned* mv
     cdef DLManagedTensor* ml
     cdef DLTensor* dl
@@ -172,21 +236,23 @@ def make_capsule(data=0, *, shape=(), strides=None, dtype=(2, 32, 1), device=(1,
     dl.byte_offset = byte_offset
     if deleter:
         Py_INCREF(counter)   # manager_ctx's reference, dropped by the first deleter call
-    if name is None:
-        name = "dltensor_versioned" if versioned else "dltensor"
-    cdef int name_id = _NAMES[name]
-    cdef PyCapsule_Destructor destructor = NULL
-    if name_id == 0:
-        destructor = tb_capsule_destructor_legacy
-    elif name_id == 1:
-        destructor = tb_capsule_destructor_versioned
-    return PyCapsule_New(block, _name_ptr(name_id), destructor), counter
+    cdef bytes name_b = None
+    if not null_name:
+        if name is None:
+            name = "dltensor_versioned" if versioned else "dltensor"
+        name_b = _name_bytes(name)
+    (<DeleterCounter>counter)._name = name_b
+    capsule = PyCapsule_New(block, NULL if name_b is None else <const char*>name_b,
+                            _crafted_capsule_destructor)
+    PyCapsule_SetContext(capsule, <void*>counter)
+    Py_INCREF(counter)      # the capsule's reference, dropped by its destructor
+    return capsule, counter
 
 
 def capsule_name(capsule):
     """The capsule's current name."""
     cdef const char* name = PyCapsule_GetName(capsule)
-    return None if name == NULL else name.decode()
+    return None if name == NULL else name.decode(errors="surrogateescape")
 
 
 cdef void* _take(object capsule, bint* versioned) except NULL:
@@ -205,19 +271,6 @@ cdef void* _take(object capsule, bint* versioned) except NULL:
     else:
         raise ValueError(f"not an unconsumed DLPack capsule: {bname!r}")
     return managed
-
-
-cdef void _run_deleter(void* managed, bint versioned) noexcept nogil:
-    cdef DLManagedTensorVersioned* mv
-    cdef DLManagedTensor* ml
-    if versioned:
-        mv = <DLManagedTensorVersioned*>managed
-        if mv.deleter != NULL:
-            mv.deleter(mv)
-    else:
-        ml = <DLManagedTensor*>managed
-        if ml.deleter != NULL:
-            ml.deleter(ml)
 
 
 def consume_and_delete_without_gil(capsule):
