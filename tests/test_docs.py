@@ -22,7 +22,7 @@ def test_readme_has_exactly_two_setup_commands():
 def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```sh\n(.*?)\n```", README, flags=re.S)
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
-    assert ci[-1] == commands[1]
+    assert commands[1] in ci  # verbatim, on a line of its own (the sanitizer run follows)
 
 
 def test_readme_tour_runs():
