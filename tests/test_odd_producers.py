@@ -132,15 +132,28 @@ def test_an_unconsumed_capsule_frees_its_tensor():
 
 @pytest.mark.parametrize("device", [(3, 0), (13, 0), (11, 0)], ids=["cuda_host", "managed",
                                                                      "rocm_host"])
-def test_copy_true_ignored_on_host_memory_still_gives_a_private_copy(device):
+def test_copy_true_of_host_accessible_memory_is_copied_here(device):
+    # Pinned and managed memory the CPU reads: imported, then copied here into
+    # plain host memory, whatever the producer would have done with copy=True.
     a = np.arange(4.0)
     p = Producer(lambda **kw: capsule_of(a, device=device), device=device)
     t = tb.from_dlpack(p, copy=True)
-    assert p.calls[-1].get("copy") is True  # the producer was asked ...
-    assert t.data_ptr() != a.ctypes.data     # ... ignored it; the copy is ours
-    assert t.device == "cpu"                 # in plain host memory
+    assert "copy" not in p.calls[-1]
+    assert t.data_ptr() != a.ctypes.data
+    assert t.device == "cpu"
     np.from_dlpack(t)[0] = -1
     assert a[0] == 0
+
+
+def test_copy_true_on_an_explicit_pinned_device_ignored_by_the_producer_is_refused():
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a, device=(3, 0)), device=(3, 0))
+    with pytest.raises(BufferError, match=r"copy=True on cuda_host:0, but producers\.Producer "
+                                          r"did not mark its export as a copy"):
+        tb.from_dlpack(p, device="cuda_host", copy=True)
+    assert p.calls[-1].get("copy") is True
+    gc.collect()
+    assert all(c.calls == 1 for c in p.counters)
 
 
 def test_copy_true_ignored_on_the_cpu_gives_a_private_copy():
@@ -156,7 +169,7 @@ def test_copy_true_honoured_by_the_producer_is_not_copied_again():
     private = a.copy()
     p = Producer(lambda **kw: capsule_of(private, device=(3, 0), flags=FLAG_IS_COPIED),
                  device=(3, 0))
-    t = tb.from_dlpack(p, copy=True)
+    t = tb.from_dlpack(p, device="cuda_host", copy=True)
     assert t.data_ptr() == private.ctypes.data
     assert t.device == "cuda_host"
 
@@ -407,3 +420,124 @@ def test_a_producer_exception_with_its_own_constructor_keeps_its_attributes():
 def test_to_dlpack_names_itself(obj):
     with pytest.raises(tb.NotDLPackError, match=r"^to_dlpack\(\): expected an object with"):
         tb.to_dlpack(obj)
+
+
+# --------------------------------------------------------------------------
+# Found by review
+# --------------------------------------------------------------------------
+
+
+def _capsule_pointer(capsule, name):
+    import ctypes
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return get(capsule, name)
+
+
+def test_another_major_version_is_read_before_its_deleter_frees_it():
+    # Our own export really frees its struct in its deleter: the message must be
+    # made from the version read before that (it was a use-after-free).
+    import ctypes
+
+    t = tb.asarray(np.arange(3.0))
+    capsule = t.__dlpack__(max_version=(1, 3))
+    address = _capsule_pointer(capsule, b"dltensor_versioned")
+    ctypes.c_uint32.from_address(address).value = 2
+    with pytest.raises(BufferError, match=r"holds DLPack version 2\.3;"):
+        tb.from_dlpack(capsule)
+    assert _testing.capsule_name(capsule) == "used_dltensor_versioned"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stream": 5}, "cannot be synchronised with stream=5"),
+        ({"device": "cuda:1"}, "cannot move a capsule's cuda:0 data to cuda:1"),
+        ({"copy": True}, "copy=True of a capsule's cuda:0 data needs the producer"),
+    ],
+)
+def test_a_raw_capsule_refused_for_the_request_is_left_as_it_was(kwargs, message):
+    capsule, counter = _testing.make_capsule(0x7F0000001000, shape=(4,), strides=(1,),
+                                             device=(2, 0))
+    with pytest.raises(BufferError, match=message):
+        tb.from_dlpack(capsule, **kwargs)
+    assert _testing.capsule_name(capsule) == "dltensor_versioned"
+    assert counter.calls == 0
+    assert tb.from_dlpack(capsule, stream=-1).device == "cuda:0"  # still importable
+
+
+def test_a_raw_pinned_capsule_can_be_copied():
+    a = np.arange(4.0)
+    capsule, _ = capsule_of(a, device=(3, 0))
+    t = tb.from_dlpack(capsule, copy=True)
+    assert t.device == "cpu" and t.data_ptr() != a.ctypes.data
+    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_half_the_protocol_is_not_dlpack():
+    class OnlyDevice:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(tb.NotDLPackError, match="lacks __dlpack__$"):
+        tb.from_dlpack(OnlyDevice())
+    with pytest.raises(tb.NotDLPackError, match="lacks __dlpack__$"):
+        tb.from_dlpack(OnlyDevice(), device="cpu")
+
+
+def test_a_legacy_producer_gets_the_device_check_too():
+    # Refuses max_version: asked its device, then the legacy call; the capsule
+    # must be where it said.
+    a = np.arange(4.0)
+    p = Producer(lambda **kw: capsule_of(a, versioned=False), device=(2, 0),
+                 accepts=("stream",))
+    with pytest.raises(BufferError, match=r"says cuda:0, but its __dlpack__\(\) exported cpu"):
+        tb.from_dlpack(p)
+    assert len(p.calls) == 2
+
+
+def test_a_known_legacy_type_that_turns_to_gpu_memory_is_asked_at_most_twice():
+    a = np.arange(4.0)
+    kind = type("OldProducer", (Producer,), {})
+    host = kind(lambda **kw: capsule_of(a, versioned=False), accepts=("stream",))
+    tb.from_dlpack(host)  # the type is now known to refuse max_version
+    gpu = kind(lambda **kw: _testing.make_capsule(0x7F0000001000, shape=(4,), strides=(1,),
+                                                  device=(2, 0), versioned=False),
+               device=(2, 0), accepts=("stream",))
+    t = tb.from_dlpack(gpu)
+    assert t.device == "cuda:0"
+    assert gpu.calls == [{"stream": 1}]  # asked its device first: one legacy call
+
+
+def test_a_type_error_that_is_not_about_keywords_is_not_called_one():
+    def refuse(**kw):
+        raise TypeError("bfloat16 is not supported")
+
+    with pytest.raises(TypeError, match=r"__dlpack__\(max_version=\(1, 3\), copy=False\) "
+                                        r"raised: TypeError: bfloat16") as info:
+        tb.from_dlpack(Producer(refuse), copy=False)
+    assert "does not take" not in str(info.value)
+
+
+def test_producer_errors_pickle():
+    import pickle
+
+    def boom(**kw):
+        raise BufferError("no")
+
+    with pytest.raises(BufferError) as info:
+        tb.from_dlpack(Producer(boom))
+    again = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(again, BufferError) and isinstance(again, tb.ProducerError)
+    assert str(again) == str(info.value)
+
+
+def test_a_jax_array_has_no_legacy_capsule():
+    # Read-only (immutable) data cannot go into a legacy capsule, which cannot say so.
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(BufferError, match="cannot export a read-only tensor as a legacy"):
+        tb.to_dlpack(jnp.arange(3.0))
+    capsule = tb.from_dlpack(jnp.arange(3.0)).__dlpack__(max_version=(1, 3))
+    assert _inspect_capsule(capsule)["flags"] & 1

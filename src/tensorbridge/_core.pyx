@@ -876,7 +876,7 @@ def _export_release_depth():
 
 
 cdef Tensor _adopt(void* managed, int kind):
-    """Wrap a managed tensor whose capsule was already renamed (so we own it)."""
+    """Own a managed tensor (handed over by a C exchange table)."""
     cdef Tensor t
     try:
         t = _new_tensor()
@@ -888,10 +888,9 @@ cdef Tensor _adopt(void* managed, int kind):
     return t
 
 
-cdef int _raise_major_version(DLManagedTensorVersioned* managed, str api, str what) except -1:
+cdef int _raise_major_version(uint32_t major, uint32_t minor, str api, str what) except -1:
     raise BufferError(
-        f"{api}: {what} holds DLPack version "
-        f"{managed.version.major}.{managed.version.minor}; tensorbridge reads "
+        f"{api}: {what} holds DLPack version {major}.{minor}; tensorbridge reads "
         f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
 
 
@@ -906,46 +905,45 @@ cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str wha
         # Only version, manager_ctx, deleter and flags may be read now.
         if producer is not None:
             what = f"{type(producer).__name__}'s exchange table gave a tensor that"
-        _raise_major_version(managed, api, what)
+        _raise_major_version(managed.version.major, managed.version.minor, api, what)
     _fill(t, &managed.dl_tensor, managed.flags)
     return t
 
 
-cdef Tensor _import_capsule(object capsule):
-    """Consume a DLPack capsule and return the owning Tensor.
+cdef Tensor _read_capsule(object capsule, int* kind):
+    """Validate an unconsumed DLPack capsule into a new Tensor that does not own its
+    struct yet (``_managed`` is set, ``_owner_kind`` is still OWN_NONE; `kind` says
+    which struct it is). `_own_capsule` takes it.
 
-    The name says which struct the capsule holds. Every field is validated
-    before the capsule is touched: a refused capsule keeps its name and its
-    deleter, so its own destructor frees it (tensorbridge never calls a deleter
-    read from a struct it refused: a versioned struct in a "dltensor" capsule has
-    something else where a legacy deleter would be). Once the Tensor owns the
-    struct the capsule is renamed, with nothing in between that can fail. The one
-    exception is the header's: a versioned struct of another major version is
-    renamed and its deleter called (version, manager_ctx and deleter keep their
-    place across majors), then refused."""
+    The name says which struct the capsule holds. Every field is validated before
+    the capsule is touched: a refused capsule keeps its name and its deleter, so its
+    own destructor frees it (tensorbridge never calls a deleter read from a struct
+    it refused: a versioned struct in a "dltensor" capsule has something else where
+    a legacy deleter would be). The one exception is the header's: a versioned
+    struct of another major version is renamed and its deleter called (version,
+    manager_ctx and deleter keep their place across majors), then refused."""
+    cdef Tensor t = _new_tensor()   # first: an allocation may run Python code (GC)
     cdef const char* name = PyCapsule_GetName(capsule)
     cdef DLManagedTensorVersioned* versioned
     cdef DLManagedTensor* legacy
-    cdef Tensor t
+    cdef uint32_t major, minor
     if name != NULL and strcmp(name, TB_CAPSULE_VERSIONED) == 0:
         versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, TB_CAPSULE_VERSIONED)
         if versioned.version.major != TB_DLPACK_MAJOR:
+            major = versioned.version.major
+            minor = versioned.version.minor
             PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED)
-            _release_managed(versioned, OWN_VERSIONED)
-            _raise_major_version(versioned, "from_dlpack()", "the capsule")
-        t = _new_tensor()
+            _release_managed(versioned, OWN_VERSIONED)    # the struct may be gone now
+            _raise_major_version(major, minor, "from_dlpack()", "the capsule")
         _fill(t, &versioned.dl_tensor, versioned.flags)
         t._managed = versioned
-        t._owner_kind = OWN_VERSIONED
-        PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED)
+        kind[0] = OWN_VERSIONED
         return t
     if name != NULL and strcmp(name, TB_CAPSULE_LEGACY) == 0:
         legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY)
-        t = _new_tensor()
         _fill(t, &legacy.dl_tensor, 0)   # legacy imports are writable
         t._managed = legacy
-        t._owner_kind = OWN_LEGACY
-        PyCapsule_SetName(capsule, TB_CAPSULE_LEGACY_USED)
+        kind[0] = OWN_LEGACY
         return t
     if name != NULL and (strcmp(name, TB_CAPSULE_VERSIONED_USED) == 0
                          or strcmp(name, TB_CAPSULE_LEGACY_USED) == 0):
@@ -958,20 +956,28 @@ cdef Tensor _import_capsule(object capsule):
         f"got a capsule named {shown}")
 
 
-cdef int32_t _capsule_device_type(object capsule) except? -2:
-    """The device type an unconsumed DLPack capsule describes, read without consuming
-    it; -1 when the capsule is not one whose struct tensorbridge can read."""
+cdef Tensor _own_capsule(object capsule, Tensor t, int kind):
+    """Take the struct `_read_capsule` validated: rename the capsule and own it. No
+    Python code runs from the name check to the rename, so no other thread can
+    take the capsule in between (if one took it since it was read, BufferError)."""
+    cdef const char* unconsumed = TB_CAPSULE_VERSIONED if kind == OWN_VERSIONED \
+        else TB_CAPSULE_LEGACY
     cdef const char* name = PyCapsule_GetName(capsule)
-    cdef DLManagedTensorVersioned* versioned
-    if name == NULL:
-        return -1
-    if strcmp(name, TB_CAPSULE_VERSIONED) == 0:
-        versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, name)
-        if versioned.version.major == TB_DLPACK_MAJOR:
-            return versioned.dl_tensor.device.device_type
-    elif strcmp(name, TB_CAPSULE_LEGACY) == 0:
-        return (<DLManagedTensor*>PyCapsule_GetPointer(capsule, name)).dl_tensor.device.device_type
-    return -1
+    if name == NULL or strcmp(name, unconsumed) != 0 \
+            or PyCapsule_GetPointer(capsule, unconsumed) != t._managed:
+        raise BufferError("from_dlpack(): the capsule was consumed elsewhere while it was "
+                          "being imported; a capsule can be imported only once")
+    PyCapsule_SetName(capsule, TB_CAPSULE_VERSIONED_USED if kind == OWN_VERSIONED
+                      else TB_CAPSULE_LEGACY_USED)
+    t._owner_kind = kind
+    return t
+
+
+cdef Tensor _import_capsule(object capsule):
+    """Consume a DLPack capsule (validate, then own) and return the owning Tensor."""
+    cdef int kind
+    cdef Tensor t = _read_capsule(capsule, &kind)
+    return _own_capsule(capsule, t, kind)
 
 
 cdef str _dtype_error(DLDataType dt):
@@ -2031,7 +2037,8 @@ cdef object _call_error(object x, int mask, object stream, object dl_device, obj
     exc: a ProducerError naming the producer and the call, chained to exc."""
     call = _call_text(mask, stream, dl_device, copy, legacy)
     name = _type_name(x)
-    if isinstance(exc, TypeError) and not legacy and mask & (KW_DEVICE | KW_COPY):
+    if isinstance(exc, TypeError) and not legacy and mask & (KW_DEVICE | KW_COPY) \
+            and "keyword" in str(exc):
         needs = " and ".join(k for k, bit in (("dl_device", KW_DEVICE), ("copy", KW_COPY))
                              if mask & bit)
         return _producer_error(
@@ -2371,7 +2378,7 @@ cdef int _clear_refusal() except -1:
 
 
 cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object stream,
-                               bint resolve_bits):
+                               bint resolve_bits, int type_flags):
     """Import x through its type's C table, or None to use __dlpack__ instead.
 
     None when the table refuses (its error is dropped; __dlpack__ gives its own),
@@ -2391,7 +2398,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
         if resolve_bits:
             return None
         _refuse_torch_bits(what)
-    _keep_immutable(t, _type_slot(x).flags)
+    _keep_immutable(t, type_flags)
     return t
 
 
@@ -2609,74 +2616,70 @@ cdef object _make_exchange_capsule():
 
 cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
-    costs JAX 1.7 µs): no stream is passed, which is right for host memory. When
-    the capsule holds CUDA/ROCm memory it is released and None returned, so the
+    costs JAX 1.7 µs): no stream is passed, which is right for host memory. A
+    capsule of CUDA/ROCm memory is dropped unconsumed and None returned, so the
     caller does the stream handshake (the second and last __dlpack__ call). A
-    producer that refuses max_version gets the legacy call, with the stream its
-    device needs. A type that once exported GPU memory is not asked this way again."""
+    producer that refuses max_version is asked its device and gets the legacy call,
+    with the stream that device needs (the second and last call). Not for types
+    known to refuse max_version or to have exported GPU memory: the full
+    negotiation asks those their device first."""
     cdef int mask = KW_COPY if copy is False else 0
     cdef DLDevice source
     cdef Tensor t
-    cdef bint handshake = False, legacy = False
+    cdef int kind
+    cdef bint queried = False
     if flags & TI_TORCH:
         _check_torch_bits(x)
-    capsule = None
-    stream = None
+    first = None
     try:
-        if (flags & TI_LEGACY) and not mask:
-            legacy = True
-            try:
-                capsule = _call_dlpack_legacy(x, 0, None)   # known to have refused max_version
-            except (TypeError, BufferError):
-                # This object of the type takes max_version after all (a wrapper type,
-                # say): forget the memo and ask the versioned way, the second and last
-                # call. Its capsule is kept whatever its device: no stream passed means
-                # the spec's default stream, which is what the handshake would pass.
-                _unmark_legacy_type(x)
-                legacy = False
-                capsule = _call_dlpack(x, mask, None, None, copy)
-                handshake = True
-        if capsule is None:
-            try:
-                capsule = _call_dlpack(x, mask, None, None, copy)
-            except TypeError:
-                if mask:
-                    raise
-                # A producer older than the 2023.12 keywords: the legacy call, once.
-                source = _producer_device(x)
-                handshake = True
-                legacy = True
-                if source.device_type == kDLROCM:
-                    stream = 0
-                elif _needs_stream(source.device_type):
-                    stream = 1
-                capsule = _call_dlpack_legacy(x, KW_STREAM if stream is not None else 0,
-                                              stream)
-                _mark_legacy_type(x)
-    except TensorbridgeError:
-        raise
+        capsule = _call_dlpack(x, mask, None, None, copy)
+    except TypeError as exc:
+        if mask:
+            raise _call_error(x, mask, None, None, copy, False, exc, _cpu_device)
+        first = exc
     except Exception as exc:
-        raise _call_error(x, KW_STREAM if stream is not None else mask, stream, None, copy,
-                          legacy, exc, _cpu_device)
+        raise _call_error(x, mask, None, None, copy, False, exc, _cpu_device)
+    if first is not None:
+        # A producer older than the 2023.12 keywords: the legacy call, once, with
+        # the stream its device needs.
+        source = _producer_device(x)
+        queried = True
+        stream = 0 if source.device_type == kDLROCM else \
+            1 if _needs_stream(source.device_type) else None
+        mask = KW_STREAM if stream is not None else 0
+        try:
+            capsule = _call_dlpack_legacy(x, mask, stream)
+        except Exception as exc:
+            exc.__context__ = first
+            raise _call_error(x, mask, stream, None, None, True, exc, source)
+        _mark_legacy_type(x)
     _checked_capsule(x, capsule)
-    if not handshake and _needs_stream(_capsule_device_type(capsule)):
-        # GPU memory, asked for without a stream: not consumed (its destructor frees
-        # it, or a producer that hands out one capsule gives it again), and the type
-        # gets the stream handshake, now and from now on.
-        _mark_stream_type(x)
-        return None
     try:
-        t = _import_capsule(capsule)
+        t = _read_capsule(capsule, &kind)
     except BaseException:
         capsule = None  # a refused capsule's destructor runs now, with no error pending
         raise
     if _needs_stream(t._device.device_type):
         _mark_stream_type(x)   # this type has GPU data: the handshake first from now on
+        if not queried:
+            # Asked for without a stream: not consumed (its destructor frees it, or a
+            # producer that hands out one capsule gives it again for the handshake).
+            return None
+    if queried and not _same_device(t._device, source):
+        _refuse_device_mismatch(x, source, t._device)
+    _own_capsule(capsule, t, kind)
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
     _keep_immutable(t, flags)
     return t
+
+
+cdef int _refuse_device_mismatch(object x, DLDevice reported, DLDevice exported) except -1:
+    raise BufferError(
+        f"from_dlpack(): {_type_name(x)}.__dlpack_device__() says {_dev_str(reported)}, "
+        f"but its __dlpack__() exported {_dev_str(exported)} data; refused, as the "
+        "memory is not where its producer says")
 
 
 cdef Tensor _from_producer_fast(object x, object copy, object stream):
@@ -2699,11 +2702,11 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
     flags = slot.flags
     if _use_exchange_api and api != NULL and (
             not (flags & TI_STREAM) or (stream is not None and stream == -1)):
-        fast = _from_exchange_api(x, api, stream, False)
+        fast = _from_exchange_api(x, api, stream, False, flags)
         if fast is not None:
             if copy is False and (fast._flags & TB_FLAG_IS_COPIED):
                 raise _CopyNeeded(
-                    f"from_dlpack(): copy=False, but {type(x).__name__}'s exchange table "
+                    f"from_dlpack(): copy=False, but {_type_name(x)}'s exchange table "
                     "gave a copy")
             if copy is not True:
                 return fast
@@ -2712,7 +2715,7 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
             # copy=True of other memory: the producer must copy (__dlpack__).
         flags = _type_slot(x).flags   # the table may have found GPU memory
     if stream is None and copy is not True and \
-            (flags & (TI_PROTOCOL | TI_STREAM)) == TI_PROTOCOL:
+            (flags & (TI_PROTOCOL | TI_STREAM | TI_LEGACY)) == TI_PROTOCOL:
         # (a type without the protocol goes on, to the precise TypeError)
         return _from_dlpack_unqueried(x, copy, flags)
     return None
@@ -2755,6 +2758,8 @@ cdef object _ask_producer(object x, int mask, object stream, object dl_device, o
 cdef Tensor _from_producer(object x, object device, object copy, object stream):
     cdef DLDevice source
     cdef bint queried = True
+    if not (_type_slot(x).flags & TI_PROTOCOL):
+        _raise_not_dlpack(x)
     if device is None and _is_ndarray(x):
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.
@@ -2774,18 +2779,9 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     if source.device_type == kDLCUDA or source.device_type == kDLCUDAManaged:
         mask |= KW_STREAM
         stream_arg = 1 if stream is None else stream   # 1: the legacy default stream
-        if stream_arg == 0:
-            raise ValueError(
-                "from_dlpack(): stream=0 is ambiguous for CUDA; pass 1 (legacy default), "
-                "2 (per-thread default), a stream handle, or -1 for no synchronisation")
     elif source.device_type == kDLROCM:
         mask |= KW_STREAM
         stream_arg = 0 if stream is None else stream   # 0: the default stream on ROCm
-        if stream_arg == 1 or stream_arg == 2:
-            raise ValueError(
-                f"from_dlpack(): stream={stream_arg} is not a ROCm stream (1 and 2 are "
-                "CUDA's default streams); pass 0 (the default stream), a stream handle, "
-                "or -1 for no synchronisation")
     if not _same_device(source, target):
         mask |= KW_DEVICE
         dl_device = (target.device_type, target.device_id)
@@ -2793,14 +2789,29 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
             # "For kDLCPU, stream must be None": the producer synchronises fully.
             mask &= ~KW_STREAM
             stream_arg = None
+    if mask & KW_STREAM and source.device_type == kDLROCM:
+        if stream_arg == 1 or stream_arg == 2:
+            raise ValueError(
+                f"from_dlpack(): stream={stream_arg} is not a ROCm stream (1 and 2 are "
+                "CUDA's default streams); pass 0 (the default stream), a stream handle, "
+                "or -1 for no synchronisation")
+    elif mask & KW_STREAM and stream_arg == 0:
+        raise ValueError(
+            "from_dlpack(): stream=0 is ambiguous for CUDA; pass 1 (legacy default), "
+            "2 (per-thread default), a stream handle, or -1 for no synchronisation")
+    if mask & KW_DEVICE:
         if copy is False and not (target.device_type == kDLCPU and target.device_id == 0
                                   and _host_accessible(source.device_type)):
             raise _CopyNeeded(
                 f"from_dlpack(): copy=False, but moving {_type_name(x)}'s "
                 f"{_dev_str(source)} data to {_dev_str(target)} needs a copy")
     if copy is True:
-        if target.device_type == kDLCPU:
-            self_copy = True      # import without a copy, then copy here if needed
+        if target.device_type == kDLCPU or (device is None
+                                            and _host_accessible(target.device_type)):
+            # Memory the CPU reads: imported without asking for a copy (TensorFlow
+            # and tvm-ffi refuse copy=True, PyTorch does not flag its copies), then
+            # copied here, into plain host memory, unless the export was a copy.
+            self_copy = True
         else:
             mask |= KW_COPY
     elif copy is False:
@@ -2818,20 +2829,21 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
             f"from_dlpack(): {_type_name(x)}.__dlpack__(dl_device={dl_device}) returned "
             f"{_dev_str(t._device)} data instead of {_dev_str(target)}")
     if queried and not (mask & KW_DEVICE) and not _same_device(t._device, source):
-        raise BufferError(
-            f"from_dlpack(): {_type_name(x)}.__dlpack_device__() says {_dev_str(source)}, "
-            f"but its __dlpack__() exported {_dev_str(t._device)} data; refused, as the "
-            "memory is not where its producer says")
+        _refuse_device_mismatch(x, source, t._device)
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
     if copy is True and not (t._flags & TB_FLAG_IS_COPIED):
         if self_copy:
-            return _copy_contiguous(t, t._device)
-        if _host_accessible(t._device.device_type):
-            # Asked to copy, the producer did not say it did (IS_COPIED): it may
-            # share. Memory the CPU can read is copied here, into plain host memory.
             return _copy_contiguous(t, _cpu_device)
+        if _host_accessible(t._device.device_type):
+            # Asked for a copy on this device, the producer did not say it made one:
+            # it may share, and a copy made here would not be that kind of memory.
+            raise BufferError(
+                f"from_dlpack(): copy=True on {_dev_str(target)}, but {_type_name(x)} did "
+                f"not mark its export as a copy (IS_COPIED), and tensorbridge cannot "
+                f"allocate {_dev_str(target)} memory; ask for device='cpu' to get a copy "
+                "in host memory")
         # Device memory, which tensorbridge cannot read: the producer's word is all
         # there is (PyTorch copies without setting IS_COPIED).
     _keep_immutable(t, _type_slot(x).flags)
@@ -2839,8 +2851,17 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
 
 
 cdef Tensor _from_capsule_arg(object capsule, object device, object copy, object stream):
-    cdef Tensor t = _import_capsule(capsule)
+    """A raw capsule: validated, the request checked against it, and only then
+    consumed, so a capsule refused for any reason is left as it was."""
+    cdef int kind
+    cdef Tensor t
+    try:
+        t = _read_capsule(capsule, &kind)
+    except BaseException:
+        capsule = None
+        raise
     cdef DLDevice target = t._device
+    cdef bint relabel = False
     if device is not None:
         target = _requested_device(device)
     if stream is not None and stream != -1 and not _host_accessible(t._device.device_type):
@@ -2848,21 +2869,22 @@ cdef Tensor _from_capsule_arg(object capsule, object device, object copy, object
             f"from_dlpack(): a raw capsule cannot be synchronised with stream={stream}; "
             "pass the producer object instead of its capsule")
     if not _same_device(t._device, target):
-        if target.device_type == kDLCPU and target.device_id == 0 and \
-                _host_accessible(t._device.device_type):
-            t = _relabel(t, target)
-        else:
+        if not (target.device_type == kDLCPU and target.device_id == 0
+                and _host_accessible(t._device.device_type)):
             raise BufferError(
                 f"from_dlpack(): cannot move a capsule's {_dev_str(t._device)} data to "
                 f"{_dev_str(target)}; a capsule carries no producer to ask for a copy")
-    if copy is True:
-        if t._flags & TB_FLAG_IS_COPIED:
-            return t
-        if t._device.device_type != kDLCPU:
-            raise BufferError(
-                f"from_dlpack(): copy=True of a capsule's {_dev_str(t._device)} data needs "
-                "the producer; pass the producer object instead of its capsule")
-        return _copy_contiguous(t, t._device)
+        relabel = True
+    if copy is True and not (t._flags & TB_FLAG_IS_COPIED) \
+            and not _host_accessible(t._device.device_type):
+        raise BufferError(
+            f"from_dlpack(): copy=True of a capsule's {_dev_str(t._device)} data needs "
+            "the producer; pass the producer object instead of its capsule")
+    _own_capsule(capsule, t, kind)
+    if relabel:
+        t = _relabel(t, target)
+    if copy is True and not (t._flags & TB_FLAG_IS_COPIED):
+        return _copy_contiguous(t, _cpu_device)
     return t
 
 
@@ -3181,7 +3203,7 @@ def _fast_convert(_FastTarget target, obj):
     array or a registered source type, and target takes it as it is. None otherwise
     (the planner decides)."""
     cdef Tensor t
-    cdef const DLPackExchangeAPI* api
+    cdef _ApiSlot* slot
     if type(obj) is Tensor:
         t = <Tensor>obj
     elif _is_ndarray(obj):
@@ -3189,10 +3211,10 @@ def _fast_convert(_FastTarget target, obj):
         if t is None:
             return None
     elif _use_exchange_api and type(obj) in _fast_sources:
-        api = _exchange_api(obj)
-        if api == NULL:
+        slot = _type_slot(obj)
+        if slot.api == NULL:
             return None
-        t = _from_exchange_api(obj, api, None, True)
+        t = _from_exchange_api(obj, slot.api, None, True, slot.flags)
         if t is None:
             return None
     else:
@@ -3275,7 +3297,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     asked) without entering the Python layer.
     """
     global _asarray_general
-    cdef const DLPackExchangeAPI* api
+    cdef _ApiSlot* slot
     cdef Tensor fast
     if dtype is None and device is None and copy is None:
         if type(obj) is Tensor:
@@ -3289,10 +3311,10 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             except BufferError:
                 pass  # e.g. ml_dtypes arrays, which NumPy cannot export: the general path
         elif _use_exchange_api:
-            api = _exchange_api(obj)
-            if api != NULL:
+            slot = _type_slot(obj)
+            if slot.api != NULL:
                 # Torch bit views: None here, resolved (copied) by the general path.
-                fast = _from_exchange_api(obj, api, None, True)
+                fast = _from_exchange_api(obj, slot.api, None, True, slot.flags)
                 if fast is not None:
                     return fast
     if _asarray_general is None:

@@ -34,54 +34,75 @@ class ProducerError(TensorbridgeError):
 
     Instances belong to a subclass that also derives from the producer's exception
     type, so ``except BufferError`` still catches a producer's ``BufferError``, and
-    keep the original's attributes (a TensorFlow ``OpError``'s ``error_code``, ...).
+    carry the original's instance attributes (a TensorFlow ``OpError``'s
+    ``error_code``, ...). They pickle (across processes the class is made anew).
     """
 
     _tb_message = ""
+    _tb_base: type | None = None
 
     def __str__(self) -> str:
         # Ours, whatever the mixed-in type's __str__ would make of its attributes.
         return self._tb_message or super().__str__()
+
+    def __reduce__(self):  # type: ignore[override]
+        if self._tb_base is None:
+            return super().__reduce__()
+        return (_rebuild, (self._tb_base, self._tb_message), self.__dict__)
 
 
 class ImportOrderError(TensorbridgeError, ImportError):
     """A framework cannot be imported after another one in the same process."""
 
 
-# Subclasses of ProducerError mixed with the producer's exception type, by type.
-_producer_classes: dict[type, type] = {}
+# Subclasses of ProducerError mixed with the producer's exception type, by type
+# (None: that type cannot be mixed in). One entry per exception type seen.
+_producer_classes: dict[type, type | None] = {}
+
+
+def _mixed_class(base: type) -> type | None:
+    if base not in _producer_classes:
+        try:
+            cls: type | None = type(f"{base.__name__}FromProducer", (ProducerError, base), {})
+            cls.__module__ = __name__  # type: ignore[union-attr]
+        except TypeError:  # a final class or a layout conflict
+            cls = None
+        _producer_classes[base] = cls
+    return _producer_classes[base]
+
+
+def _make(cls: type, base: type, text: str) -> BaseException:
+    """An instance of cls without calling base's constructor, which may take other
+    arguments (TensorFlow's OpError, UnicodeError)."""
+    new = cls.__new__(cls)
+    BaseException.__init__(new, text)
+    new._tb_message = text
+    new._tb_base = base
+    return new
+
+
+def _rebuild(base: type, text: str) -> BaseException:
+    cls = _mixed_class(base)
+    return _make(cls, base, text) if cls is not None else ProducerError(text)
 
 
 def producer_error(exc: BaseException, message: str) -> BaseException:
     """The exception to raise, chained to ``exc``, when a producer's call raised ``exc``.
 
     ``message`` names the producer and the call. Exceptions that are not the
-    producer's to explain (``KeyboardInterrupt``, ``MemoryError``, ...) and types
-    that cannot be mixed in come back unchanged.
+    producer's to explain (``KeyboardInterrupt``, ``MemoryError``, ...) and those
+    whose type cannot be mixed in come back unchanged.
     """
     base = type(exc)
     if not isinstance(exc, Exception) or isinstance(exc, (MemoryError, ProducerError)):
         return exc
-    cls = _producer_classes.get(base)
+    cls = _mixed_class(base)
     if cls is None:
-        try:
-            cls = type(f"{base.__name__}FromProducer", (ProducerError, base), {})
-            cls.__module__ = __name__
-        except TypeError:  # a final class or a layout conflict
-            cls = ProducerError
-        _producer_classes[base] = cls
-    text = f"{message}: {base.__name__}: {exc}"
+        return exc
     try:
-        new = cls(text)
+        new = _make(cls, base, f"{message}: {base.__name__}: {exc}")
+        new.__dict__.update(getattr(exc, "__dict__", {}))
     except Exception:
-        # A constructor with other arguments (TensorFlow's OpError, UnicodeError):
-        # made without it, with the original's attributes.
-        try:
-            new = cls.__new__(cls)
-            new.__dict__.update(getattr(exc, "__dict__", {}))
-            new.args = (text,)
-        except Exception:
-            return exc
-    new._tb_message = text
+        return exc
     new.__cause__ = exc
     return new
