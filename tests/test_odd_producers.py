@@ -130,11 +130,10 @@ def test_an_unconsumed_capsule_frees_its_tensor():
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", [(3, 0), (13, 0), (11, 0)], ids=["cuda_host", "managed",
-                                                                     "rocm_host"])
+@pytest.mark.parametrize("device", [(3, 0), (11, 0)], ids=["cuda_host", "rocm_host"])
 def test_copy_true_of_host_accessible_memory_is_copied_here(device):
-    # Pinned and managed memory the CPU reads: imported, then copied here into
-    # plain host memory, whatever the producer would have done with copy=True.
+    # Pinned memory the CPU reads: imported, then copied here into plain host
+    # memory, whatever the producer would have done with copy=True.
     a = np.arange(4.0)
     p = Producer(lambda **kw: capsule_of(a, device=device), device=device)
     t = tb.from_dlpack(p, copy=True)
@@ -145,12 +144,22 @@ def test_copy_true_of_host_accessible_memory_is_copied_here(device):
     assert a[0] == 0
 
 
-def test_copy_true_on_an_explicit_pinned_device_ignored_by_the_producer_is_refused():
+@pytest.mark.parametrize(
+    ("device", "kwargs"),
+    [((3, 0), {"device": "cuda_host"}), ((13, 0), {})],
+    ids=["explicit cuda_host", "cuda_managed"],
+)
+def test_copy_true_on_pinned_or_managed_memory_ignored_by_the_producer_is_refused(device,
+                                                                                  kwargs):
+    # The producer is asked to copy (managed memory needs its stream handshake; an
+    # explicit device= wants that kind of memory), did not flag a copy, and
+    # tensorbridge cannot allocate that memory.
     a = np.arange(4.0)
-    p = Producer(lambda **kw: capsule_of(a, device=(3, 0)), device=(3, 0))
-    with pytest.raises(BufferError, match=r"copy=True on cuda_host:0, but producers\.Producer "
+    name = str(tb.Device(device))
+    p = Producer(lambda **kw: capsule_of(a, device=device), device=device)
+    with pytest.raises(BufferError, match=rf"copy=True on {name}, but producers\.Producer "
                                           r"did not mark its export as a copy"):
-        tb.from_dlpack(p, device="cuda_host", copy=True)
+        tb.from_dlpack(p, copy=True, **kwargs)
     assert p.calls[-1].get("copy") is True
     gc.collect()
     assert all(c.calls == 1 for c in p.counters)
@@ -455,7 +464,7 @@ def test_another_major_version_is_read_before_its_deleter_frees_it():
     [
         ({"stream": 5}, "cannot be synchronised with stream=5"),
         ({"device": "cuda:1"}, "cannot move a capsule's cuda:0 data to cuda:1"),
-        ({"copy": True}, "copy=True of a capsule's cuda:0 data needs the producer"),
+        ({"copy": True}, "copy=True of a capsule's cuda:0 data to cuda:0 needs the producer"),
     ],
 )
 def test_a_raw_capsule_refused_for_the_request_is_left_as_it_was(kwargs, message):
@@ -541,3 +550,97 @@ def test_a_jax_array_has_no_legacy_capsule():
         tb.to_dlpack(jnp.arange(3.0))
     capsule = tb.from_dlpack(jnp.arange(3.0)).__dlpack__(max_version=(1, 3))
     assert _inspect_capsule(capsule)["flags"] & 1
+
+
+class _PythonDestructorCapsule:
+    """A versioned DLPack capsule whose destructor is Python code (through ctypes),
+    as pydlpack's is: it must never run with an exception pending."""
+
+    def __init__(self, array, device=(1, 0)):
+        import ctypes
+
+        class Versioned(ctypes.Structure):
+            _fields_ = [
+                ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("data", ctypes.c_void_p),
+                ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64),
+            ]
+
+        self.array = array
+        self.shape = (ctypes.c_int64 * 1)(array.size)
+        self.strides = (ctypes.c_int64 * 1)(1)
+        self.struct = Versioned(1, 3, None, None, 0, array.ctypes.data, device[0], device[1],
+                                1, 2, 64, 1, ctypes.addressof(self.shape),
+                                ctypes.addressof(self.strides), 0)
+        self.destructions = []
+
+        def destroy(capsule):
+            self.destructions.append(sys.exc_info()[0])
+
+        self.destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(destroy)  # never the object
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        self.name = b"dltensor_versioned"
+        self.capsule = new(ctypes.addressof(self.struct), self.name,
+                           ctypes.cast(self.destructor, ctypes.c_void_p))
+
+
+@pytest.mark.parametrize(
+    ("device", "kwargs", "message"),
+    [
+        ((2, 0), {"copy": True}, "says cuda:0, but its __dlpack__"),
+        ((1, 0), {"copy": False}, "could only export a copy"),
+    ],
+)
+def test_refusals_reach_the_caller_past_a_python_capsule_destructor(device, kwargs, message):
+    a = np.arange(4.0)
+    made = []
+
+    def make(**kw):
+        holder = _PythonDestructorCapsule(a)
+        if kwargs.get("copy") is False:
+            holder.struct.flags = FLAG_IS_COPIED
+        made.append(holder)
+        capsule, holder.capsule = holder.capsule, None
+        return capsule
+
+    p = Producer(make, device=device)
+    with pytest.raises(BufferError, match=message):  # not SystemError
+        tb.from_dlpack(p, **kwargs)
+    gc.collect()
+    assert [h.destructions for h in made] == [[None]]  # ran once, nothing pending
+
+
+def test_a_raw_pinned_capsule_copied_to_its_own_device_needs_the_producer():
+    capsule, counter = capsule_of(np.arange(4.0), device=(3, 0))
+    with pytest.raises(BufferError, match="to cuda_host:0 needs the producer"):
+        tb.from_dlpack(capsule, device="cuda_host", copy=True)
+    assert counter.calls == 0 and _testing.capsule_name(capsule) == "dltensor_versioned"
+
+
+def test_a_gpu_producer_without_stream_support_is_asked_twice_at_most():
+    kind = type("NoStreams", (Producer,), {})
+    p = kind(lambda **kw: _testing.make_capsule(0x7F0000001000, shape=(4,), strides=(1,),
+                                                device=(2, 0)),
+             device=(2, 0), accepts=("max_version", "dl_device", "copy"))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'stream'"):
+        tb.from_dlpack(p)
+    assert p.calls == [{"max_version": (1, 3)}, {"max_version": (1, 3), "stream": 1}]
+
+
+def test_builtin_attributes_survive_the_wrapping():
+    import pickle
+
+    def missing(**kw):
+        raise FileNotFoundError(2, "no such file", "weights.bin")
+
+    with pytest.raises(FileNotFoundError) as info:
+        tb.from_dlpack(Producer(missing))
+    for err in (info.value, pickle.loads(pickle.dumps(info.value))):
+        assert (err.errno, err.filename) == (2, "weights.bin")
+        assert isinstance(err, tb.ProducerError)

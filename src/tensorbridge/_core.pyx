@@ -2090,14 +2090,14 @@ cdef DLDevice _producer_device(object x) except *:
         _raise_not_dlpack(x)
     if type(result) is list:
         result = tuple(result)
-    return _parse_dl_device(result, f"from_dlpack(): {type(x).__name__}.__dlpack_device__()")
+    return _parse_dl_device(result, f"from_dlpack(): {_type_name(x)}.__dlpack_device__()")
 
 
 cdef int _raise_not_dlpack(object x, str api="from_dlpack()") except -1:
     missing = [m for m in ("__dlpack__", "__dlpack_device__") if not hasattr(type(x), m)]
     raise NotDLPackError(
         f"{api}: expected an object with __dlpack__ and __dlpack_device__ or a "
-        f"DLPack capsule; got {type(x).__module__}.{type(x).__qualname__}, which lacks "
+        f"DLPack capsule; got {_type_name(x)}, which lacks "
         f"{' and '.join(missing)}")
 
 
@@ -2617,8 +2617,8 @@ cdef object _make_exchange_capsule():
 cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
     costs JAX 1.7 µs): no stream is passed, which is right for host memory. A
-    capsule of CUDA/ROCm memory is dropped unconsumed and None returned, so the
-    caller does the stream handshake (the second and last __dlpack__ call). A
+    capsule of CUDA/ROCm memory is dropped unconsumed and the stream handshake
+    follows (the second and last __dlpack__ call). A
     producer that refuses max_version is asked its device and gets the legacy call,
     with the stream that device needs (the second and last call). Not for types
     known to refuse max_version or to have exported GPU memory: the full
@@ -2652,22 +2652,31 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
         except Exception as exc:
             exc.__context__ = first
             raise _call_error(x, mask, stream, None, None, True, exc, source)
-        _mark_legacy_type(x)
-    _checked_capsule(x, capsule)
+        if PyCapsule_CheckExact(capsule):
+            _mark_legacy_type(x)
+    # The capsule is dropped before any error propagates, so a capsule destructor
+    # written in Python (pydlpack's, ctypes') runs with no exception pending.
     try:
+        _checked_capsule(x, capsule)
         t = _read_capsule(capsule, &kind)
     except BaseException:
-        capsule = None  # a refused capsule's destructor runs now, with no error pending
+        capsule = None
         raise
     if _needs_stream(t._device.device_type):
         _mark_stream_type(x)   # this type has GPU data: the handshake first from now on
         if not queried:
             # Asked for without a stream: not consumed (its destructor frees it, or a
-            # producer that hands out one capsule gives it again for the handshake).
-            return None
+            # producer that hands out one capsule gives it again), and asked again
+            # with the stream: the second and last call.
+            capsule = None
+            return _from_producer(x, None, copy, None, True)
     if queried and not _same_device(t._device, source):
+        capsule = None
         _refuse_device_mismatch(x, source, t._device)
-    _own_capsule(capsule, t, kind)
+    try:
+        _own_capsule(capsule, t, kind)
+    finally:
+        capsule = None
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise _CopyNeeded(
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
@@ -2722,13 +2731,14 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
 
 
 cdef object _ask_producer(object x, int mask, object stream, object dl_device, object copy,
-                          DLDevice source):
+                          DLDevice source, bint one_call_left):
     """x's capsule for the request: __dlpack__(max_version=(1, 3), ...), or the
     legacy call for a producer that refuses max_version (first, for a type known to
     refuse it); __dlpack__ is called at most twice. What the producer raises comes
-    back as a ProducerError naming it and the call."""
+    back as a ProducerError naming it and the call. `one_call_left`: one call was
+    spent already (on the fast path), so no legacy retry."""
     cdef bint legacy = False
-    cdef bint legacy_first = (not (mask & (KW_DEVICE | KW_COPY))
+    cdef bint legacy_first = (not (mask & (KW_DEVICE | KW_COPY)) and not one_call_left
                               and (_type_slot(x).flags & TI_LEGACY))
     try:
         if legacy_first:
@@ -2744,18 +2754,20 @@ cdef object _ask_producer(object x, int mask, object stream, object dl_device, o
         try:
             return _call_dlpack(x, mask, stream, dl_device, copy)
         except TypeError:
-            if mask & (KW_DEVICE | KW_COPY):
+            if mask & (KW_DEVICE | KW_COPY) or one_call_left:
                 raise
             # A producer older than the 2023.12 keywords: the legacy call, once.
             legacy = True
             capsule = _call_dlpack_legacy(x, mask, stream)
-        _mark_legacy_type(x)
+        if PyCapsule_CheckExact(capsule):
+            _mark_legacy_type(x)
         return capsule
     except Exception as exc:
         raise _call_error(x, mask, stream, dl_device, copy, legacy, exc, source)
 
 
-cdef Tensor _from_producer(object x, object device, object copy, object stream):
+cdef Tensor _from_producer(object x, object device, object copy, object stream,
+                           bint one_call_left=False):
     cdef DLDevice source
     cdef bint queried = True
     if not (_type_slot(x).flags & TI_PROTOCOL):
@@ -2807,7 +2819,8 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
                 f"{_dev_str(source)} data to {_dev_str(target)} needs a copy")
     if copy is True:
         if target.device_type == kDLCPU or (device is None
-                                            and _host_accessible(target.device_type)):
+                                            and _host_accessible(target.device_type)
+                                            and not _needs_stream(target.device_type)):
             # Memory the CPU reads: imported without asking for a copy (TensorFlow
             # and tvm-ffi refuse copy=True, PyTorch does not flag its copies), then
             # copied here, into plain host memory, unless the export was a copy.
@@ -2817,13 +2830,15 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream):
     elif copy is False:
         mask |= KW_COPY
 
-    capsule = _checked_capsule(x, _ask_producer(x, mask, stream_arg, dl_device, copy, source))
+    capsule = _ask_producer(x, mask, stream_arg, dl_device, copy, source, one_call_left)
     cdef Tensor t
+    # The capsule is dropped before any error propagates, so a capsule destructor
+    # written in Python (pydlpack's, ctypes') runs with no exception pending.
     try:
+        _checked_capsule(x, capsule)
         t = _import_capsule(capsule)
-    except BaseException:
-        capsule = None  # a refused capsule's destructor runs now, with no error pending
-        raise
+    finally:
+        capsule = None
     if (mask & KW_DEVICE) and not _same_device(t._device, target):
         raise BufferError(
             f"from_dlpack(): {_type_name(x)}.__dlpack__(dl_device={dl_device}) returned "
@@ -2875,11 +2890,13 @@ cdef Tensor _from_capsule_arg(object capsule, object device, object copy, object
                 f"from_dlpack(): cannot move a capsule's {_dev_str(t._device)} data to "
                 f"{_dev_str(target)}; a capsule carries no producer to ask for a copy")
         relabel = True
-    if copy is True and not (t._flags & TB_FLAG_IS_COPIED) \
-            and not _host_accessible(t._device.device_type):
+    if copy is True and not (t._flags & TB_FLAG_IS_COPIED) and not (
+            _host_accessible(t._device.device_type)
+            and (device is None or target.device_type == kDLCPU)):
         raise BufferError(
-            f"from_dlpack(): copy=True of a capsule's {_dev_str(t._device)} data needs "
-            "the producer; pass the producer object instead of its capsule")
+            f"from_dlpack(): copy=True of a capsule's {_dev_str(t._device)} data to "
+            f"{_dev_str(target)} needs the producer (tensorbridge copies into host memory "
+            "only); pass the producer object instead of its capsule")
     _own_capsule(capsule, t, kind)
     if relabel:
         t = _relabel(t, target)

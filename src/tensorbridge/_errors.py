@@ -48,7 +48,9 @@ class ProducerError(TensorbridgeError):
     def __reduce__(self):  # type: ignore[override]
         if self._tb_base is None:
             return super().__reduce__()
-        return (_rebuild, (self._tb_base, self._tb_message), self.__dict__)
+        state = dict(self.__dict__)
+        state.update(_builtin_attributes(self))
+        return (_rebuild, (self._tb_base, self._tb_message), state)
 
 
 class ImportOrderError(TensorbridgeError, ImportError):
@@ -69,6 +71,25 @@ def _mixed_class(base: type) -> type | None:
             cls = None
         _producer_classes[base] = cls
     return _producer_classes[base]
+
+
+#: Attributes that built-in exception types keep outside ``__dict__`` (OSError,
+#: UnicodeError, StopIteration, AttributeError, ImportError, SyntaxError).
+_BUILTIN_ATTRIBUTES = (
+    "errno", "strerror", "filename", "filename2", "encoding", "object", "start", "end",
+    "reason", "value", "name", "obj", "path", "msg", "lineno", "offset", "text",
+)
+
+
+def _builtin_attributes(exc: BaseException) -> dict[str, object]:
+    found = {}
+    for attribute in _BUILTIN_ATTRIBUTES:
+        if attribute not in getattr(exc, "__dict__", {}):
+            try:
+                found[attribute] = getattr(exc, attribute)
+            except AttributeError:
+                continue
+    return found
 
 
 def _make(cls: type, base: type, text: str) -> BaseException:
@@ -102,6 +123,11 @@ def producer_error(exc: BaseException, message: str) -> BaseException:
     try:
         new = _make(cls, base, f"{message}: {base.__name__}: {exc}")
         new.__dict__.update(getattr(exc, "__dict__", {}))
+        for attribute, value in _builtin_attributes(exc).items():
+            try:
+                setattr(new, attribute, value)
+            except (AttributeError, TypeError):
+                continue
     except Exception:
         return exc
     new.__cause__ = exc
