@@ -490,9 +490,9 @@ def test_half_the_protocol_is_not_dlpack():
         def __dlpack_device__(self):
             return (1, 0)
 
-    with pytest.raises(tb.NotDLPackError, match="lacks __dlpack__$"):
+    with pytest.raises(tb.NotDLPackError, match=r"lacks __dlpack__$"):
         tb.from_dlpack(OnlyDevice())
-    with pytest.raises(tb.NotDLPackError, match="lacks __dlpack__$"):
+    with pytest.raises(tb.NotDLPackError, match=r"lacks __dlpack__$"):
         tb.from_dlpack(OnlyDevice(), device="cpu")
 
 
@@ -559,23 +559,18 @@ class _PythonDestructorCapsule:
     def __init__(self, array, device=(1, 0)):
         import ctypes
 
-        class Versioned(ctypes.Structure):
-            _fields_ = [
-                ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("data", ctypes.c_void_p),
-                ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p),
-                ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64),
-            ]
+        from dlpack_ctypes import Device, DType, ManagedTensorVersioned, Version
 
         self.array = array
         self.shape = (ctypes.c_int64 * 1)(array.size)
         self.strides = (ctypes.c_int64 * 1)(1)
-        self.struct = Versioned(1, 3, None, None, 0, array.ctypes.data, device[0], device[1],
-                                1, 2, 64, 1, ctypes.addressof(self.shape),
-                                ctypes.addressof(self.strides), 0)
+        self.struct = ManagedTensorVersioned()  # no deleter: the array is kept here
+        self.struct.version = Version(1, 3)
+        dl = self.struct.dl_tensor
+        dl.data, dl.device, dl.ndim = array.ctypes.data, Device(*device), 1
+        dl.dtype = DType(2, 64, 1)
+        dl.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+        dl.strides = ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
         self.destructions = []
 
         def destroy(capsule):

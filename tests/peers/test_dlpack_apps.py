@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 import pytest
+from dlpack_ctypes import Device, DType, ManagedTensor
 
 import tensorbridge as tb
 from tensorbridge import _testing
@@ -41,29 +42,7 @@ def _settle():
 # --------------------------------------------------------------------------
 
 
-class _Device(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _Device),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _Managed(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+_Device, _DType, _Managed = Device, DType, ManagedTensor
 
 
 def _api(restype, name, *argtypes):

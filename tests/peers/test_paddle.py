@@ -18,15 +18,13 @@ cross-device moves that succeed (Paddle runs them only on GPU builds; this
 machine and CI are CPU only).
 
 Importing PaddlePaddle into a process that has loaded TensorFlow crashes it, and
-the whole suite runs in one process: Paddle is imported when this module is
-collected, before any test runs (see ``_paddle_before_tensorflow``).
+the whole suite runs in one process: ``tests/conftest.py`` imports Paddle before
+any test module when both are installed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import warnings
 import weakref
 
 import numpy as np
@@ -36,24 +34,6 @@ import tensorbridge as tb
 from tensorbridge import _testing
 from tensorbridge._core import _inspect_capsule
 
-
-def _paddle_before_tensorflow() -> None:
-    """Load PaddlePaddle now, at collection, if it is installed: collection ends
-    before any test runs, so no test can have imported TensorFlow first."""
-    if "paddle" in sys.modules or importlib.util.find_spec("paddle") is None:
-        return
-    if "tensorflow" in sys.modules:
-        pytest.fail(
-            "tensorflow was imported before paddle in this pytest process; importing "
-            "paddle now would crash it. Import paddle first (tests/conftest.py).",
-            pytrace=False,
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Paddle's import-time chatter
-        import paddle  # noqa: F401
-
-
-_paddle_before_tensorflow()
 paddle = pytest.importorskip("paddle")
 
 #: The dtypes Paddle and tensorbridge share (Paddle's test lists all but the

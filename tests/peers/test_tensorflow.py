@@ -12,43 +12,22 @@ TensorFlow aborts the process when it works on imported memory that is not
 allocation (64-byte aligned), checked before the hand-over.
 
 Importing PaddlePaddle into a process that has loaded TensorFlow crashes it, and
-the whole suite runs in one process: when Paddle is installed it is imported as
-this module is collected, before any test can import TensorFlow (see
-``_paddle_before_tensorflow``); TensorFlow itself is imported only by the tests.
+the whole suite runs in one process: ``tests/conftest.py`` imports Paddle before
+any test module when both are installed; TensorFlow itself is imported only by
+the tests.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
 
 import tensorbridge as tb
 from tensorbridge import _testing
-
-
-def _paddle_before_tensorflow() -> None:
-    """Load PaddlePaddle now, at collection, if it is installed: collection ends
-    before any test runs, so no test can have imported TensorFlow first."""
-    if "paddle" in sys.modules or importlib.util.find_spec("paddle") is None:
-        return
-    if "tensorflow" in sys.modules:
-        pytest.fail(
-            "tensorflow was imported before paddle in this pytest process; importing "
-            "paddle later would crash it. Import paddle first (tests/conftest.py).",
-            pytrace=False,
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Paddle's import-time chatter
-        import paddle  # noqa: F401
-
-
-_paddle_before_tensorflow()
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dlpack_ctypes import (
+    VERSIONED_DELETER,
+    Device,
+    DLTensor,
+    DType,
+    ManagedTensorVersioned,
+    Version,
+)
 
 import tensorbridge as tb
 from tensorbridge import _testing
@@ -199,43 +207,8 @@ def test_optional_tensor_view():
 # --------------------------------------------------------------------------
 
 
-class _Version(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class _Device(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", _Device),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _DType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class _Managed(ctypes.Structure):
-    pass
-
-
-# A C deleter called through CFUNCTYPE runs without the GIL, as C++ consumers do.
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_Managed))
-_Managed._fields_ = [
-    ("version", _Version),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", _DELETER),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", _DLTensor),
-]
+_Version, _Device, _DType, _DLTensor = Version, Device, DType, DLTensor
+_Managed, _DELETER = ManagedTensorVersioned, VERSIONED_DELETER
 
 _SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
 # The allocator and the stream query are pure C (no GIL needed): CFUNCTYPE releases
@@ -378,7 +351,7 @@ def test_allocator_failure_with_null_set_error():
     code = textwrap.dedent(
         f"""
         import ctypes, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.parent)!r}]
         import tensorbridge as tb
         import test_tvm_ffi as m
         api = m._ExchangeAPI.from_address(
