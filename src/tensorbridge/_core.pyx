@@ -2618,11 +2618,11 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
     costs JAX 1.7 µs): no stream is passed, which is right for host memory. A
     capsule of CUDA/ROCm memory is dropped unconsumed and the stream handshake
-    follows (the second and last __dlpack__ call). A
-    producer that refuses max_version is asked its device and gets the legacy call,
-    with the stream that device needs (the second and last call). Not for types
-    known to refuse max_version or to have exported GPU memory: the full
-    negotiation asks those their device first."""
+    follows (the second and last __dlpack__ call). A producer that refuses
+    max_version is asked its device and gets the legacy call, with the stream that
+    device needs (the second and last call). Not for types known to refuse
+    max_version or to have exported GPU memory: the full negotiation asks those
+    their device first."""
     cdef int mask = KW_COPY if copy is False else 0
     cdef DLDevice source
     cdef Tensor t
