@@ -639,3 +639,16 @@ def test_builtin_attributes_survive_the_wrapping():
     for err in (info.value, pickle.loads(pickle.dumps(info.value))):
         assert (err.errno, err.filename) == (2, "weights.bin")
         assert isinstance(err, tb.ProducerError)
+
+
+def test_copies_made_here_are_host_memory_whatever_the_source():
+    # Pinned or managed memory copied into memory of ours is plain host memory: cpu,
+    # as PyTorch's clone of a pinned tensor is not pinned.
+    a = np.arange(4.0)
+    for device in [(3, 0), (13, 0), (11, 0)]:
+        capsule, _ = capsule_of(a, device=device)
+        u = tb.from_dlpack(capsule)
+        for copy in (u.copy(), u.contiguous() if not u.is_contiguous() else u.copy(),
+                     tb.asarray(u, copy=True)):
+            assert copy.device == "cpu" and copy.data_ptr() != a.ctypes.data
+            assert copy.tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -438,7 +438,7 @@ cdef class Tensor:
                 raise BufferError(
                     f"__dlpack__(): copy=True needs CPU-accessible memory; this tensor is on "
                     f"{_dev_str(self._device)}, which tensorbridge cannot copy")
-            source = _copy_contiguous(self, target)
+            source = _copy_contiguous(self)
             extra = TB_FLAG_IS_COPIED
         elif copy is not None and copy is not False:
             raise TypeError(f"__dlpack__(): copy must be True, False or None; got {copy!r}")
@@ -552,7 +552,7 @@ cdef class Tensor:
             raise BufferError(
                 f"reshape(): the strides of this {_dev_str(self._device)} tensor do not allow "
                 "a view, and tensorbridge cannot copy device memory")
-        return _reshape_view(_copy_contiguous(self, self._device), dims)
+        return _reshape_view(_copy_contiguous(self), dims)
 
     def flatten(self):
         """A 1-d tensor of the elements in C order (a view when possible, as in PyTorch)."""
@@ -573,7 +573,7 @@ cdef class Tensor:
         if not _host_accessible(self._device.device_type):
             raise BufferError(
                 f"copy(): tensorbridge cannot copy {_dev_str(self._device)} memory")
-        return _copy_contiguous(self, self._device)
+        return _copy_contiguous(self)
 
     def contiguous(self):
         """This tensor if it is C-contiguous, else a C-contiguous copy."""
@@ -1209,12 +1209,15 @@ cdef Tensor _alloc_tensor(int ndim, const int64_t* shape, DLDataType dtype, DLDe
     return t
 
 
-cdef Tensor _copy_contiguous(Tensor src, DLDevice device):
-    """A private C-contiguous copy of host-accessible memory."""
+cdef Tensor _copy_contiguous(Tensor src):
+    """A private C-contiguous copy of host-accessible memory, in memory of ours:
+    plain host memory, so labelled cpu whatever the source was (pinned or managed
+    memory copied into pageable memory is not pinned or managed; PyTorch's clone of
+    a pinned tensor is not pinned either)."""
     if not _host_accessible(src._device.device_type):
         raise BufferError(
             f"cannot copy {_dev_str(src._device)} memory: the CPU cannot read it")
-    cdef Tensor out = _alloc_tensor(src._ndim, src._shape, src._dtype, device,
+    cdef Tensor out = _alloc_tensor(src._ndim, src._shape, src._dtype, _cpu_device,
                                     src._flags & TB_FLAG_SUBBYTE_PADDED)
     cdef int64_t nbytes = src._nbytes()
     cdef int64_t byte_strides[64]
@@ -2704,7 +2707,7 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
         # against its buffer), at a fraction of the cost.
         fast = _import_ndarray(x)
         if fast is not None:
-            return _copy_contiguous(fast, fast._device) if copy is True else fast
+            return _copy_contiguous(fast) if copy is True else fast
         return None
     slot = _type_slot(x)
     api = slot.api
@@ -2720,7 +2723,7 @@ cdef Tensor _from_producer_fast(object x, object copy, object stream):
             if copy is not True:
                 return fast
             if fast._device.device_type == kDLCPU:
-                return _copy_contiguous(fast, fast._device)
+                return _copy_contiguous(fast)
             # copy=True of other memory: the producer must copy (__dlpack__).
         flags = _type_slot(x).flags   # the table may have found GPU memory
     if stream is None and copy is not True and \
@@ -2850,7 +2853,7 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream,
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")
     if copy is True and not (t._flags & TB_FLAG_IS_COPIED):
         if self_copy:
-            return _copy_contiguous(t, _cpu_device)
+            return _copy_contiguous(t)
         if _host_accessible(t._device.device_type):
             # Asked for a copy on this device, the producer did not say it made one:
             # it may share, and a copy made here would not be that kind of memory.
@@ -2901,7 +2904,7 @@ cdef Tensor _from_capsule_arg(object capsule, object device, object copy, object
     if relabel:
         t = _relabel(t, target)
     if copy is True and not (t._flags & TB_FLAG_IS_COPIED):
-        return _copy_contiguous(t, _cpu_device)
+        return _copy_contiguous(t)
     return t
 
 
