@@ -425,20 +425,20 @@ def test_second_consumption_is_refused():
 # --------------------------------------------------------------------------
 
 
-def test_dummy_that_ignores_copy_true_still_yields_a_private_copy():
+def test_dummy_that_ignores_copy_true_is_not_taken_for_a_copy():
     """DLDummy ignores every keyword (CuPy's tests rely on it): asked for copy=True
-    it shares memory without the IS_COPIED flag. The memory is host-accessible, so
-    tensorbridge must still hand back a private copy."""
+    it shares memory without the IS_COPIED flag. Managed memory needs the
+    producer's stream handshake before the host reads it, so tensorbridge asks the
+    producer for the copy; one that shares without saying so is refused (never a
+    "copy" that shares), and the shared import is released."""
     host = _host_sample("float32")
     capsule, counter = capsule_of(host, device=MANAGED)
-    out = tb.from_dlpack(Dummy(capsule, MANAGED), copy=True)
-    assert out.data_ptr() != host.ctypes.data
-    assert out.tolist() == host.tolist()
-    before = host.copy()
-    out[0, 0] = -1.0
-    np.testing.assert_array_equal(host, before)
+    with pytest.raises(BufferError, match=r"copy=True on cuda_managed:0, but "
+                                          r".*Dummy did not mark its export as a copy"):
+        tb.from_dlpack(Dummy(capsule, MANAGED), copy=True)
     _settle()
-    assert counter.calls == 1  # the shared import was released
+    assert counter.calls == 1
+    np.testing.assert_array_equal(host, _host_sample("float32"))
 
 
 def test_dummy_of_device_memory_on_first_import():
