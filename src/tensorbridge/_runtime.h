@@ -90,14 +90,16 @@ static inline void tb_call_deleter(void *managed, int versioned) {
  *     tensor.  Reported as unraisable, and the block is leaked: a leak is
  *     recoverable, a double free is not. */
 static void tb_capsule_destructor(PyObject *capsule, const char *unconsumed, int versioned) {
+  const char *name = PyCapsule_GetName(capsule); /* cannot fail on a live capsule */
+  if (name != NULL && strncmp(name, "used_", 5) == 0) return; /* consumed */
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  const char *name = PyCapsule_GetName(capsule);
-  if (name != NULL && strncmp(name, "used_", 5) == 0) {
-    /* consumed */
-  } else if (name != NULL && strcmp(name, unconsumed) == 0) {
-    void *managed = PyCapsule_GetPointer(capsule, unconsumed);
-    if (managed != NULL) tb_call_deleter(managed, versioned);
+  void *managed = NULL;
+  if (name != NULL && strcmp(name, unconsumed) == 0) {
+    managed = PyCapsule_GetPointer(capsule, unconsumed);
+  }
+  if (managed != NULL) {
+    tb_call_deleter(managed, versioned);
   } else {
     PyErr_Clear();
     PyErr_Format(PyExc_RuntimeWarning,
@@ -107,7 +109,6 @@ static void tb_capsule_destructor(PyObject *capsule, const char *unconsumed, int
                  unconsumed, name != NULL ? name : "NULL", unconsumed);
     PyErr_WriteUnraisable(NULL);
   }
-  PyErr_Clear();
   PyErr_Restore(type, value, tb);
 }
 
