@@ -79,7 +79,6 @@ from tensorbridge._dtypes import (
 )
 from tensorbridge._errors import NotDLPackError, TensorbridgeError
 from tensorbridge._errors import producer_error as _producer_error
-from tensorbridge._known_types import immutable_type as _immutable_type
 from tensorbridge._devices import (
     DLDeviceType as _DLDeviceType,
     _make as _make_device,
@@ -2308,6 +2307,19 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
 
 # Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
 cdef set _stream_types = set()
+
+
+cdef object _immutable_type_fn = None
+
+
+cdef bint _immutable_type(object cls) except -1:
+    """Whether cls's arrays are immutable (_known_types, loaded on first use: it
+    is asked once per producer type, and `import tensorbridge` stays small)."""
+    global _immutable_type_fn
+    if _immutable_type_fn is None:
+        from tensorbridge._known_types import immutable_type
+        _immutable_type_fn = immutable_type
+    return _immutable_type_fn(cls)
 
 
 cdef _ApiSlot* _type_slot(object x):
