@@ -37,8 +37,8 @@ cdef extern from "Python.h":
 
 cdef extern from "_runtime.h":
     void tb_capsule_destructor_versioned(PyObject*) noexcept
-    void tb_capsule_destructor_legacy(PyObject*) noexcept
     bint tb_interpreter_gone() noexcept nogil
+    void tb_call_deleter(void* managed, int versioned) noexcept nogil
 
 cdef extern from "<stdlib.h>" nogil:
     int atexit(void (*func)() noexcept nogil)
@@ -98,19 +98,6 @@ cdef void _deleter_legacy(DLManagedTensor* self) noexcept nogil:
         _count_call(<DeleterCounter>self.manager_ctx)
 
 
-cdef void _run_deleter(void* managed, bint versioned) noexcept nogil:
-    cdef DLManagedTensorVersioned* mv
-    cdef DLManagedTensor* ml
-    if versioned:
-        mv = <DLManagedTensorVersioned*>managed
-        if mv.deleter != NULL:
-            mv.deleter(mv)
-    else:
-        ml = <DLManagedTensor*>managed
-        if ml.deleter != NULL:
-            ml.deleter(ml)
-
-
 cdef void _release_unconsumed(PyObject* capsule, DeleterCounter counter) noexcept:
     cdef const char* name = _raw_capsule_name(capsule)
     cdef bint unchanged
@@ -120,7 +107,7 @@ cdef void _release_unconsumed(PyObject* capsule, DeleterCounter counter) noexcep
         unchanged = name != NULL and strcmp(name, <const char*>counter._name) == 0
     if unchanged:
         counter.capsule_frees += 1
-        _run_deleter(counter._block, counter._versioned)
+        tb_call_deleter(counter._block, counter._versioned)
 
 
 cdef void _crafted_capsule_destructor(PyObject* capsule) noexcept:
@@ -279,7 +266,7 @@ def consume_and_delete_without_gil(capsule):
     cdef bint versioned = False
     cdef void* managed = _take(capsule, &versioned)
     with nogil:
-        _run_deleter(managed, versioned)
+        tb_call_deleter(managed, versioned)
 
 
 cdef void* _at_exit_managed = NULL
@@ -287,7 +274,7 @@ cdef bint _at_exit_versioned = False
 
 cdef void _delete_at_exit() noexcept nogil:
     if _at_exit_managed != NULL:
-        _run_deleter(_at_exit_managed, _at_exit_versioned)
+        tb_call_deleter(_at_exit_managed, _at_exit_versioned)
 
 
 def delete_after_interpreter_exit(capsule):
