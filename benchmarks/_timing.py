@@ -7,6 +7,7 @@ round-robin in a shuffled order per round, and compared by medians.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import platform
@@ -16,8 +17,9 @@ import time
 from collections.abc import Callable
 
 
-def _loop(case: Callable[[], object] | tuple[Callable[[object], object], object],
-          number: int) -> float:
+def _loop(
+    case: Callable[[], object] | tuple[Callable[[object], object], object], number: int
+) -> float:
     """Seconds for `number` calls: ``fn()``, or ``fn(arg)`` for an (fn, arg) case,
     which saves the lambda call that would otherwise be timed with every exchange."""
     if isinstance(case, tuple):
@@ -83,10 +85,8 @@ def machine() -> dict[str, object]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
     }
-    try:
+    with contextlib.suppress(OSError):  # not every platform has a load average
         info["loadavg"] = os.getloadavg()
-    except OSError:
-        pass
     return info
 
 

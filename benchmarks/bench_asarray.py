@@ -3,7 +3,7 @@
 
     python benchmarks/bench_asarray.py [--rounds 11] [--json out.json]
 
-Cases (issue 3 targets):
+Cases (the asarray targets):
 - zero-copy asarray of a NumPy array and of a PyTorch tensor, against
   torch.asarray(numpy_array): target ratio <= 1;
 - a list of 10**6 Python floats, against numpy.asarray(list): target <= 1;
@@ -21,7 +21,7 @@ import numpy as np
 import tensorbridge as tb
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import machine, markdown_table, measure, write_json  # noqa: E402
+from _timing import machine, markdown_table, measure, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,15 +78,22 @@ def main(argv: list[str] | None = None) -> int:
         for name in cases:
             r = results[name]
             unit, scale = ("µs", 1.0) if group == "zero-copy" else ("ms", 1e-3)
-            rows.append([group, name, f"{r['median_us'] * scale:.3f} {unit}",
-                         f"{r['best_us'] * scale:.3f} {unit}"])
+            rows.append(
+                [
+                    group,
+                    name,
+                    f"{r['median_us'] * scale:.3f} {unit}",
+                    f"{r['best_us'] * scale:.3f} {unit}",
+                ]
+            )
     print(markdown_table(["case", "call", "median", "best"], rows))
     print()
     ratio_rows = []
     for case, ref, limit in targets:
         ratio = results[case]["median_us"] / results[ref]["median_us"]
-        ratio_rows.append([case, ref, f"{ratio:.2f}", f"≤ {limit:.2f}",
-                           "met" if ratio <= limit else "missed"])
+        ratio_rows.append(
+            [case, ref, f"{ratio:.2f}", f"≤ {limit:.2f}", "met" if ratio <= limit else "missed"]
+        )
     print(markdown_table(["case", "vs", "ratio of medians", "target", ""], ratio_rows))
     if args.json:
         write_json(args.json, {"machine": machine(), "results": results})

@@ -6,7 +6,7 @@
 Each case is a full exchange of a 1000-element float32 vector: the consumer's
 from_dlpack on the producer's object (device query, __dlpack__, import, and
 releasing the result). Cases are interleaved round-robin; medians and best
-samples are reported, with ratios for the targets of issue 2.
+samples are reported, with ratios for the exchange targets.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import tensorbridge as tb
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from _timing import machine, markdown_table, measure, write_json  # noqa: E402
+from _timing import machine, markdown_table, measure, write_json
 
 
 def build_cases() -> tuple[dict, dict]:
@@ -38,7 +38,7 @@ def build_cases() -> tuple[dict, dict]:
     cases = {}
     for cname, consume in consumers.items():
         for pname, obj in producers.items():
-            cases[f"{cname}.from_dlpack({pname})"] = (lambda c=consume, o=obj: c(o))
+            cases[f"{cname}.from_dlpack({pname})"] = lambda c=consume, o=obj: c(o)
     return cases, {"numpy": np.__version__, "torch": getattr(torch, "__version__", None)}
 
 
@@ -71,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     for case, ref in TARGETS:
         if case in results and ref in results:
             ratio = results[case]["median_us"] / results[ref]["median_us"]
-            ratio_rows.append(
-                [case, ref, f"{ratio:.2f}", "met" if ratio <= 1.0 else "missed"]
-            )
+            ratio_rows.append([case, ref, f"{ratio:.2f}", "met" if ratio <= 1.0 else "missed"])
     print(markdown_table(["case", "vs", "ratio of medians", "target ≤ 1.0"], ratio_rows))
     if args.json:
         write_json(args.json, {"machine": machine(), "versions": versions, "results": results})

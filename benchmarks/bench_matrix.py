@@ -10,7 +10,7 @@ and releasing the result); pairs that cannot exchange at all are marked. Cases a
 interleaved round-robin in one process and compared by medians. Prints Markdown:
 the matrix with every consumer's ratio to tensorbridge on the same producer, the
 convert rows, the import time of tensorbridge (cumulative ``-X importtime``, median
-of 10 fresh processes), and each target of issue 5 with its ratio.
+of 10 fresh processes), and each speed target with its ratio.
 
 pydlpack's DLPackObject is single-use, so its column wraps a NumPy array afresh
 for every call (``dlpack.asdlpack(memoryview(a))``, the wrapping included), and
@@ -31,15 +31,22 @@ from typing import Any
 import numpy as np
 
 import tensorbridge as tb
+from tensorbridge._frameworks import FRAMEWORKS
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import machine, markdown_table, measure, write_json  # noqa: E402
+from _timing import machine, markdown_table, measure, write_json
 
 N = 1000
-ORDER = ["tensorbridge", "numpy", "torch", "jax", "paddle", "tvm_ffi", "array_api_strict",
-         "pydlpack"]
-FRAMEWORK_MODULES = ["numpy", "torch", "jax", "paddle", "tensorflow", "mlx", "pyarrow",
-                     "tvm_ffi", "array_api_strict", "cupy", "dlpack", "ml_dtypes"]
+#: Display order: tensorbridge, then the registry's frameworks (those `build` makes
+#: here), then pydlpack, which re-wraps and is no bridge target of ours.
+ORDER = ["tensorbridge", *(n for n in FRAMEWORKS if n != "tensorbridge"), "pydlpack"]
+#: Top-level modules `import tensorbridge` must not load: every framework's (from the
+#: registry), pydlpack's and ml_dtypes.
+FRAMEWORK_MODULES = [
+    *(m for f in FRAMEWORKS.values() if f.name != "tensorbridge" for m in f.modules),
+    "dlpack",
+    "ml_dtypes",
+]
 
 
 def _try_import(name: str) -> Any:
@@ -51,8 +58,7 @@ def _try_import(name: str) -> Any:
         return None
 
 
-def build() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[Any], Any]],
-                     dict[str, str]]:
+def build() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[Any], Any]], dict[str, str]]:
     """producers: name -> a function giving the object to consume (the same object
     each time, but for pydlpack); consumers: name -> from_dlpack-like callable."""
     a = np.arange(N, dtype=np.float32)
@@ -122,11 +128,20 @@ def build_cases(producers: dict, consumers: dict) -> tuple[dict, dict]:
     for cname, consume in rows.items():
         for pname, produce in producers.items():
             if pname == "pydlpack":  # single-use objects: a fresh one per call
-                fn = (lambda c=consume, p=produce: c(p()))
+
+                def fresh(c: Callable[[Any], Any] = consume, p: Callable[[], Any] = produce) -> Any:
+                    return c(p())
+
+                fn: Callable[[], Any] = fresh
                 case: Any = fn
             else:
                 obj = produce()
-                fn = (lambda c=consume, o=obj: c(o))
+
+                def same(c: Callable[[Any], Any] = consume, o: Any = obj) -> Any:
+                    return c(o)
+
+                fn = same
+
                 case = (consume, obj)  # timed as consume(obj), no lambda in between
             try:
                 with warnings.catch_warnings():
@@ -147,9 +162,18 @@ def build_cases(producers: dict, consumers: dict) -> tuple[dict, dict]:
             continue
         for pname, produce in producers.items():
             if pname == "pydlpack":
-                fn = (lambda p=produce, to=target: tb.convert(p(), to))
+
+                def fresh_convert(p: Callable[[], Any] = produce, to: str = target) -> Any:
+                    return tb.convert(p(), to)
+
+                fn = fresh_convert
             else:
-                fn = (lambda o=produce(), to=target: tb.convert(o, to))
+                obj = produce()
+
+                def same_convert(o: Any = obj, to: str = target) -> Any:
+                    return tb.convert(o, to)
+
+                fn = same_convert
             try:
                 fn()
                 fn()
@@ -172,7 +196,9 @@ def import_time(runs: int = 10) -> dict[str, Any]:
     for _ in range(runs):
         proc = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", check],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         for line in proc.stderr.splitlines():
             parts = [p.strip() for p in line.split("|")]
@@ -193,45 +219,87 @@ def _median(results: dict, consumer: str, producer: str) -> float | None:
 
 
 def targets(results: dict, names: list[str]) -> list[list[str]]:
-    """Issue 5's targets: [what, ours µs, reference, reference µs, ratio, bound, verdict]."""
+    """The speed targets: [what, ours µs, reference, reference µs, ratio, bound, verdict]."""
     rows = []
 
-    def add(what: str, ours: float | None, ref_name: str, ref: float | None,
-            bound: float) -> None:
+    def add(what: str, ours: float | None, ref_name: str, ref: float | None, bound: float) -> None:
         if ours is None or ref is None:
             rows.append([what, "-", ref_name, "-", "-", f"≤ {bound:g}", "not measured"])
             return
         ratio = ours / ref
-        rows.append([what, f"{ours:.3f}", ref_name, f"{ref:.3f}", f"{ratio:.2f}",
-                     f"≤ {bound:g}", "met" if ratio <= bound else "missed"])
+        rows.append(
+            [
+                what,
+                f"{ours:.3f}",
+                ref_name,
+                f"{ref:.3f}",
+                f"{ratio:.2f}",
+                f"≤ {bound:g}",
+                "met" if ratio <= bound else "missed",
+            ]
+        )
 
     m = lambda c, p: _median(results, c, p)  # noqa: E731
-    add("tensorbridge.from_dlpack(torch)", m("tensorbridge", "torch"),
-        "torch.from_dlpack(torch)", m("torch", "torch"), 0.1)
-    add("tensorbridge.from_dlpack(torch)", m("tensorbridge", "torch"),
-        "tvm_ffi.from_dlpack(torch)", m("tvm_ffi", "torch"), 1.0)
-    add("tensorbridge.from_dlpack(numpy)", m("tensorbridge", "numpy"),
-        "numpy.from_dlpack(numpy)", m("numpy", "numpy"), 1.0)
-    add("tensorbridge.asarray(numpy)", m("tensorbridge.asarray", "numpy"),
-        "numpy.from_dlpack(numpy)", m("numpy", "numpy"), 0.5)
-    add("tensorbridge.convert(numpy, 'torch')", m("convert->torch", "numpy"),
-        "torch.from_dlpack(numpy)", m("torch", "numpy"), 0.5)
+    add(
+        "tensorbridge.from_dlpack(torch)",
+        m("tensorbridge", "torch"),
+        "torch.from_dlpack(torch)",
+        m("torch", "torch"),
+        0.1,
+    )
+    add(
+        "tensorbridge.from_dlpack(torch)",
+        m("tensorbridge", "torch"),
+        "tvm_ffi.from_dlpack(torch)",
+        m("tvm_ffi", "torch"),
+        1.0,
+    )
+    add(
+        "tensorbridge.from_dlpack(numpy)",
+        m("tensorbridge", "numpy"),
+        "numpy.from_dlpack(numpy)",
+        m("numpy", "numpy"),
+        1.0,
+    )
+    add(
+        "tensorbridge.asarray(numpy)",
+        m("tensorbridge.asarray", "numpy"),
+        "numpy.from_dlpack(numpy)",
+        m("numpy", "numpy"),
+        0.5,
+    )
+    add(
+        "tensorbridge.convert(numpy, 'torch')",
+        m("convert->torch", "numpy"),
+        "torch.from_dlpack(numpy)",
+        m("torch", "numpy"),
+        0.5,
+    )
     peers = [n for n in names if n != "tensorbridge"]
     for p in names:
         fastest = min(((m(c, p), c) for c in peers if m(c, p) is not None), default=None)
         if fastest is not None:
-            add(f"tensorbridge.from_dlpack({p})", m("tensorbridge", p),
-                f"fastest peer: {fastest[1]}({p})", fastest[0], 1.0)
+            add(
+                f"tensorbridge.from_dlpack({p})",
+                m("tensorbridge", p),
+                f"fastest peer: {fastest[1]}({p})",
+                fastest[0],
+                1.0,
+            )
     for c in peers:
         fastest = min(((m(c, p), p) for p in peers if m(c, p) is not None), default=None)
         if fastest is not None:
-            add(f"{c}.from_dlpack(tensorbridge)", m(c, "tensorbridge"),
-                f"fastest peer: {c}({fastest[1]})", fastest[0], 1.0)
+            add(
+                f"{c}.from_dlpack(tensorbridge)",
+                m(c, "tensorbridge"),
+                f"fastest peer: {c}({fastest[1]})",
+                fastest[0],
+                1.0,
+            )
     return rows
 
 
-def matrix_table(results: dict, failures: dict, producers: list[str],
-                 rows: list[str]) -> str:
+def matrix_table(results: dict, failures: dict, producers: list[str], rows: list[str]) -> str:
     body = []
     for c in rows:
         line = [c]
@@ -247,9 +315,9 @@ def matrix_table(results: dict, failures: dict, producers: list[str],
             elif c == "tensorbridge" or ours is None:
                 line.append(f"**{value:.2f}**")
             else:
-                line.append(f"{value:.2f} (×{value / ours:.1f})")
+                line.append(f"{value:.2f} (×{value / ours:.1f})")  # noqa: RUF001
         body.append(line)
-    return markdown_table(["consumer \\ producer"] + producers, body)
+    return markdown_table(["consumer \\ producer", *producers], body)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,9 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     print(", ".join(f"{k} {v}" for k, v in versions.items()))
     print(machine())
     print()
-    print(f"µs per exchange of {N} float32 (median of {rounds} interleaved rounds); "
-          "(×r): the consumer's time over tensorbridge.from_dlpack's on the same producer; "
-          "✗: the pair cannot exchange.")
+    print(
+        f"µs per exchange of {N} float32 (median of {rounds} interleaved rounds); "
+        "(×r): the consumer's time over tensorbridge.from_dlpack's on the same producer; "  # noqa: RUF001
+        "✗: the pair cannot exchange."
+    )
     print()
     rows = ["tensorbridge", "tensorbridge.asarray"] + [n for n in names if n != "tensorbridge"]
     rows += [f"convert->{t}" for t in ("torch", "paddle") if t in consumers]
@@ -278,25 +348,44 @@ def main(argv: list[str] | None = None) -> int:
     print()
     guard = _median(results, "torch.Tensor.is_neg", "torch")
     if guard is not None:
-        print(f"torch.Tensor.is_neg(), which tensorbridge calls on every torch import so "
-              f"that bit views (z.conj().imag) are never read with the wrong sign: "
-              f"{guard:.3f} µs")
+        print(
+            f"torch.Tensor.is_neg(), which tensorbridge calls on every torch import so "
+            f"that bit views (z.conj().imag) are never read with the wrong sign: "
+            f"{guard:.3f} µs"
+        )
         print()
-    print(f"import tensorbridge: {imports['cumulative_us_median'] / 1000:.1f} ms cumulative "
-          f"(-X importtime, median of {len(imports['cumulative_us_all'])} fresh processes); "
-          f"frameworks loaded by it: {imports['frameworks_loaded']}"
-          + (" (an editable install: this includes meson-python's rebuild check; measure "
-             "on a regular install)" if imports["editable_install"] else ""))
+    print(
+        f"import tensorbridge: {imports['cumulative_us_median'] / 1000:.1f} ms cumulative "
+        f"(-X importtime, median of {len(imports['cumulative_us_all'])} fresh processes); "
+        f"frameworks loaded by it: {imports['frameworks_loaded']}"
+        + (
+            " (an editable install: this includes meson-python's rebuild check; measure "
+            "on a regular install)"
+            if imports["editable_install"]
+            else ""
+        )
+    )
     print()
-    print(markdown_table(
-        ["target", "µs", "reference", "µs", "ratio", "bound", "verdict"],
-        targets(results, names)))
+    print(
+        markdown_table(
+            ["target", "µs", "reference", "µs", "ratio", "bound", "verdict"],
+            targets(results, names),
+        )
+    )
     if args.json:
-        write_json(args.json, {
-            "machine": machine(), "versions": versions, "n": N, "rounds": rounds,
-            "results": results, "failures": failures, "import": imports,
-            "targets": targets(results, names),
-        })
+        write_json(
+            args.json,
+            {
+                "machine": machine(),
+                "versions": versions,
+                "n": N,
+                "rounds": rounds,
+                "results": results,
+                "failures": failures,
+                "import": imports,
+                "targets": targets(results, names),
+            },
+        )
     return 0
 
 

@@ -1,17 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Session-wide test set-up."""
+"""Session-wide test set-up: the ``needs`` mark (tests/needs.py) and the import order."""
 
 from __future__ import annotations
 
-import importlib.util
-import warnings
+import pytest
+from needs import check_marks, import_paddle_first
 
 
 def pytest_configure(config):
-    # PaddlePaddle crashes the process when it is imported after TensorFlow, and
-    # the whole suite runs in one process in whatever order the tests come: when
-    # both are installed, paddle is imported first, before any test module.
-    if importlib.util.find_spec("paddle") and importlib.util.find_spec("tensorflow"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # its import-time chatter (no ccache, ...)
-            import paddle  # noqa: F401
+    config.addinivalue_line(
+        "markers",
+        "needs(*names): run only where these frameworks import; skip naming the missing "
+        "one otherwise (tests/needs.py)",
+    )
+    # PaddlePaddle crashes the process when it is imported after TensorFlow: when both
+    # are installed, paddle is imported here, before any test module.
+    import_paddle_first()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Before the fixtures: a test whose framework is missing does not set them up.
+    check_marks(item)

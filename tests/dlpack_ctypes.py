@@ -34,8 +34,11 @@ class DLTensor(ctypes.Structure):
 class ManagedTensor(ctypes.Structure):
     """The legacy ``DLManagedTensor`` (deleter as an address)."""
 
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 class ManagedTensorVersioned(ctypes.Structure):

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -83,9 +84,7 @@ def numpy_producer(array: np.ndarray, **kwargs: Any) -> Producer:
 
 def legacy_producer(array: np.ndarray) -> Producer:
     """A DLPack 0.x producer: ``__dlpack__(stream=None)`` only, legacy capsules."""
-    return Producer(
-        lambda **kw: capsule_of(array, versioned=False), accepts=("stream",)
-    )
+    return Producer(lambda **kw: capsule_of(array, versioned=False), accepts=("stream",))
 
 
 def fake_device_producer(device: tuple[int, int], shape=(4,), **kwargs: Any) -> Producer:

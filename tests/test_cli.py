@@ -10,14 +10,21 @@ import sys
 import textwrap
 
 import pytest
+from needs import needs
 
+import tensorbridge as tb
+from tensorbridge._frameworks import FRAMEWORKS
+
+#: What a plain `pip install tensorbridge` lacks: every other framework, and ml_dtypes.
+MISSING = sorted(
+    {m for f in FRAMEWORKS.values() for m in f.modules} - {"numpy", "tensorbridge"} | {"ml_dtypes"}
+)
 # Run the CLI as if only NumPy were installed: importing any other framework fails.
 ONLY_NUMPY = textwrap.dedent(
     """
     import sys
     class Block:
-        blocked = {"torch", "jax", "jaxlib", "paddle", "tensorflow", "mlx", "pyarrow",
-                   "array_api_strict", "tvm_ffi", "cupy", "ml_dtypes"}
+        blocked = set(MISSING)
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in self.blocked:
                 raise ImportError(f"{name} is not installed (blocked by the test)")
@@ -26,12 +33,13 @@ ONLY_NUMPY = textwrap.dedent(
     from tensorbridge._cli import main
     sys.exit(main(sys.argv[1:]))
     """
-)
+).replace("MISSING", repr(MISSING))
 
 
 def cli(*args, only_numpy=False, timeout=600):
-    command = [sys.executable, "-c", ONLY_NUMPY] if only_numpy else [
-        sys.executable, "-m", "tensorbridge"]
+    command = (
+        [sys.executable, "-c", ONLY_NUMPY] if only_numpy else [sys.executable, "-m", "tensorbridge"]
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [*command, *args], capture_output=True, text=True, timeout=timeout, env=env
@@ -45,8 +53,11 @@ def test_matrix_with_only_numpy_installed():
     out = result.stdout
     frameworks = next(line for line in out.splitlines() if line.startswith("frameworks:"))
     assert frameworks.split(":")[1].split()[0] == "numpy" and "," not in frameworks
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if line.startswith(("numpy ", "tensorbridge "))}
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.startswith(("numpy ", "tensorbridge "))
+    }
     assert rows["numpy"][1] == "S"  # numpy -> numpy, native: zero-copy
     assert "8 exchanges in" in out  # 2 producers x 2 consumers x 2 routes
     # Without ml_dtypes (a plain `pip install .`) bfloat16/float8 values cannot be made:
@@ -104,8 +115,8 @@ def test_inspect_numpy_expression():
     assert "__dlpack__(legacy ()):" in out and "capsule:      dltensor\n" in out
 
 
+@needs("torch")
 def test_inspect_torch_and_read_only():
-    pytest.importorskip("torch")
     result = cli("inspect", "torch.arange(4)[::2]")
     assert result.returncode == 0, result.stderr
     assert "C exchange API: __dlpack_c_exchange_api__" in result.stdout
@@ -119,3 +130,11 @@ def test_inspect_errors():
     assert result.returncode == 2 and "evaluating '1 +' failed: SyntaxError" in result.stderr
     result = cli("inspect", "[1, 2]", only_numpy=True)
     assert result.returncode == 1 and "no DLPack export" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [["-m", "tensorbridge", "--version"]])
+def test_command_line_prints_the_version(argv):
+    out = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.startswith(f"tensorbridge {tb.__version__} (DLPack 1.3)")

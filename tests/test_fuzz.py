@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Property-based fuzzing (issue 10).
+"""Property-based fuzzing.
 
 1. Capsules crafted from random struct fields (both struct kinds, every dtype code and
    unknown ones, random bits/lanes/ndim/shape/strides/offsets/flags/versions/devices,
@@ -58,8 +58,11 @@ settings.register_profile(
     database=None,  # nothing written into the repository
     deadline=None,
     print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
 )
 _FUZZ = settings.get_profile("tensorbridge-fuzz")
 _ENV_EXAMPLES = os.environ.get("TENSORBRIDGE_FUZZ_EXAMPLES")
@@ -77,7 +80,8 @@ def fuzz(examples: int) -> settings:
 #: what tensorbridge may raise for bad input (and, without ml_dtypes, for the values
 #: of bfloat16/float8/6/4, ImportError naming the package)
 ALLOWED = (BufferError, TypeError, ValueError, TensorbridgeError) + (
-    () if ml_dtypes else (ImportError,))
+    () if ml_dtypes else (ImportError,)
+)
 LIMIT = 2**62  # bytes: the bound on extents, strides, spans and byte_offset
 MAX_NDIM = _core.MAX_NDIM
 READ_ONLY = _core.FLAG_READ_ONLY
@@ -95,8 +99,22 @@ BUF = 4096  # bytes of real memory behind every crafted data pointer
 READ_LIMIT = 1 << 20  # accepted tensors larger than this are never read
 ENTRIES = ("from_dlpack", "asarray", "asarray_dtype", "convert_numpy", "convert_tb")
 READING = {"asarray_dtype", "convert_numpy", "convert_tb"}
-STANDARD = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-            "uint64", "float16", "float32", "float64", "complex64", "complex128"]
+STANDARD = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 CASTS = sorted(tb._DTYPES) if ml_dtypes else STANDARD
@@ -153,12 +171,36 @@ def c_strides(shape) -> tuple[int, ...]:
 _BAD_EXTENTS = [-1, -(2**63), 2**31, 2**40, 2**62, 2**63 - 1]
 _BAD_STRIDES = [2**31, 2**61, -(2**61), 2**62, 2**63 - 1, -(2**63)]
 _foreign_name = st.one_of(
-    st.sampled_from(["not_a_tensor", "", "DLTENSOR", "dltensor ", "dltensor_versioned_",
-                     "used_dltensor_x", "torch.Tensor", "dlpack_exchange_api"]),
-    st.text(alphabet="abcdelnorstuv_", max_size=20)).filter(lambda s: s not in DLPACK_NAMES)
+    st.sampled_from(
+        [
+            "not_a_tensor",
+            "",
+            "DLTENSOR",
+            "dltensor ",
+            "dltensor_versioned_",
+            "used_dltensor_x",
+            "torch.Tensor",
+            "dlpack_exchange_api",
+        ]
+    ),
+    st.text(alphabet="abcdelnorstuv_", max_size=20),
+).filter(lambda s: s not in DLPACK_NAMES)
 #: fields a spec may get wrong; the others are drawn from their valid values
-CORRUPTIONS = ["name", "version", "dtype", "lanes", "device type", "device id", "ndim",
-               "null shape", "extent", "stride", "null data", "bogus data", "byte_offset"]
+CORRUPTIONS = [
+    "name",
+    "version",
+    "dtype",
+    "lanes",
+    "device type",
+    "device id",
+    "ndim",
+    "null shape",
+    "extent",
+    "stride",
+    "null data",
+    "bogus data",
+    "byte_offset",
+]
 
 
 @st.composite
@@ -166,13 +208,17 @@ def capsule_specs(draw):
     """Every field of a capsule, as a dict: valid values, except for zero to two
     fields drawn from CORRUPTIONS (so that imports succeed often enough to check what
     they give). The struct kind and the name agree unless the name is corrupted."""
-    bad = set(draw(st.lists(st.sampled_from(CORRUPTIONS), min_size=1, max_size=2))
-              if draw(st.integers(0, 9)) >= 4 else [])
+    bad = set(
+        draw(st.lists(st.sampled_from(CORRUPTIONS), min_size=1, max_size=2))
+        if draw(st.integers(0, 9)) >= 4
+        else []
+    )
     versioned = draw(st.booleans())
     name = VERSIONED if versioned else LEGACY
     if "name" in bad:
-        name = draw(st.one_of(st.sampled_from(["used_" + LEGACY, "used_" + VERSIONED, None]),
-                              _foreign_name))
+        name = draw(
+            st.one_of(st.sampled_from(["used_" + LEGACY, "used_" + VERSIONED, None]), _foreign_name)
+        )
 
     code, bits = draw(st.sampled_from(sorted(DTYPES)))
     if "dtype" in bad:
@@ -183,8 +229,9 @@ def capsule_specs(draw):
     if draw(st.integers(0, 5)):
         shape = draw(st.lists(st.sampled_from([1, 2, 2, 3, 4, 0]), max_size=6))
     else:
-        shape = draw(st.lists(st.sampled_from([1, 1, 1, 1, 2, 0, 3]), min_size=7,
-                              max_size=MAX_NDIM))
+        shape = draw(
+            st.lists(st.sampled_from([1, 1, 1, 1, 2, 0, 3]), min_size=7, max_size=MAX_NDIM)
+        )
     if "extent" in bad:
         shape = shape or [1]
         shape[draw(st.integers(0, len(shape) - 1))] = draw(st.sampled_from(_BAD_EXTENTS))
@@ -219,19 +266,32 @@ def capsule_specs(draw):
         device_type = draw(st.sampled_from([0, 5, 6, 19, -1, 2**31 - 1]))
     else:
         device_type = draw(st.sampled_from([1] * 8 + sorted(KNOWN_DEVICES)))
-    device_id = draw(st.sampled_from([-1, -(2**31)]) if "device id" in bad
-                     else st.sampled_from([0, 0, 0, 1, 7]))
-    flags = draw(st.one_of(st.sampled_from([0, 0, READ_ONLY, PADDED, IS_COPIED,
-                                            READ_ONLY | PADDED]),
-                           st.integers(0, 2**64 - 1)))
+    device_id = draw(
+        st.sampled_from([-1, -(2**31)]) if "device id" in bad else st.sampled_from([0, 0, 0, 1, 7])
+    )
+    flags = draw(
+        st.one_of(
+            st.sampled_from([0, 0, READ_ONLY, PADDED, IS_COPIED, READ_ONLY | PADDED]),
+            st.integers(0, 2**64 - 1),
+        )
+    )
     return dict(
-        versioned=versioned, name=name, dtype=(code, bits, lanes), shape=shape,
-        ndim=ndim_field, strides=strides, data_mode=data_mode,
+        versioned=versioned,
+        name=name,
+        dtype=(code, bits, lanes),
+        shape=shape,
+        ndim=ndim_field,
+        strides=strides,
+        data_mode=data_mode,
         base=draw(st.integers(0, BUF)),
         bogus=draw(st.sampled_from([1, 8, 0xDEAD0000, 2**63, 2**64 - 1])),
-        byte_offset=byte_offset, flags=flags, version=version,
-        device=(device_type, device_id), null_shape="null shape" in bad,
-        deleter=draw(st.integers(0, 9)) > 0)
+        byte_offset=byte_offset,
+        flags=flags,
+        version=version,
+        device=(device_type, device_id),
+        null_shape="null shape" in bad,
+        deleter=draw(st.integers(0, 9)) > 0,
+    )
 
 
 def build(spec, buf):
@@ -239,15 +299,26 @@ def build(spec, buf):
     address = buf.__array_interface__["data"][0]
     data = {"buf": address + spec["base"], "null": 0, "bogus": spec["bogus"]}[spec["data_mode"]]
     return _testing.make_capsule(
-        data, shape=spec["shape"], strides=spec["strides"], dtype=spec["dtype"],
-        device=spec["device"], byte_offset=spec["byte_offset"], versioned=spec["versioned"],
-        version=spec["version"], flags=spec["flags"], ndim=spec["ndim"],
-        null_shape=spec["null_shape"], deleter=spec["deleter"],
-        name=spec["name"], null_name=spec["name"] is None, owner=buf)
+        data,
+        shape=spec["shape"],
+        strides=spec["strides"],
+        dtype=spec["dtype"],
+        device=spec["device"],
+        byte_offset=spec["byte_offset"],
+        versioned=spec["versioned"],
+        version=spec["version"],
+        flags=spec["flags"],
+        ndim=spec["ndim"],
+        null_shape=spec["null_shape"],
+        deleter=spec["deleter"],
+        name=spec["name"],
+        null_name=spec["name"] is None,
+        owner=buf,
+    )
 
 
 def model(spec) -> dict:
-    """What a correct tensorbridge does with the capsule (docs/design.md, issue 10).
+    """What a correct tensorbridge does with the capsule (docs/design.md).
 
     ``outcome``: "ok" (imported), "refuse" (capsule untouched), "version" (renamed,
     deleter called, BufferError). ``early``: refused before any layout arithmetic, so no
@@ -305,11 +376,21 @@ def model(spec) -> dict:
     if size > 0 and data == 0:
         return refuse("null data", False)
     contiguous = size == 0 or all(
-        s == e for n, s, e in zip(shape, strides, c_strides(shape), strict=True) if n != 1)
+        s == e for n, s, e in zip(shape, strides, c_strides(shape), strict=True) if n != 1
+    )
     if bits < 8 and not flags & PADDED and not contiguous:
         return refuse("packed not contiguous", False)
-    return dict(outcome="ok", exc=(), early=False, why="", shape=shape, strides=strides,
-                size=size, item=item, readonly=bool(flags & READ_ONLY) if versioned else None)
+    return dict(
+        outcome="ok",
+        exc=(),
+        early=False,
+        why="",
+        shape=shape,
+        strides=strides,
+        size=size,
+        item=item,
+        readonly=bool(flags & READ_ONLY) if versioned else None,
+    )
 
 
 def readable(spec, expected) -> bool:
@@ -335,8 +416,13 @@ def span_in_buffer(spec, expected) -> bool:
 def expected_values(spec, expected, buf):
     """The elements a valid, in-buffer capsule describes, read by NumPy from ``buf``."""
     dt = np_dtype(DTYPES[spec["dtype"][:2]])
-    return np.ndarray(expected["shape"], dt, buffer=buf, offset=spec["base"] + spec["byte_offset"],
-                      strides=[s * dt.itemsize for s in expected["strides"]])
+    return np.ndarray(
+        expected["shape"],
+        dt,
+        buffer=buf,
+        offset=spec["base"] + spec["byte_offset"],
+        strides=[s * dt.itemsize for s in expected["strides"]],
+    )
 
 
 def call(entry, capsule, cast):
@@ -388,8 +474,9 @@ def check_import(spec, expected, entry, result, buf):
     assert (t.dtype.code, t.dtype.bits) == spec["dtype"][:2]
     assert tuple(t.__dlpack_device__()) == tuple(spec["device"])
     if expected["size"] > 0:
-        data = {"buf": buf.__array_interface__["data"][0] + spec["base"],
-                "bogus": spec["bogus"]}[spec["data_mode"]]
+        data = {"buf": buf.__array_interface__["data"][0] + spec["base"], "bogus": spec["bogus"]}[
+            spec["data_mode"]
+        ]
         assert t.data_ptr() == (data + spec["byte_offset"]) % 2**64
     if expected["readonly"] is not None:
         assert t.readonly == expected["readonly"]
@@ -397,7 +484,7 @@ def check_import(spec, expected, entry, result, buf):
     # address, byte_offset is folded into it; where it may be a handle, it is kept.
     exported = t.__dlpack__(max_version=(1, 3))
     if expected["size"] > 0:
-        info = _core._inspect_capsule(exported)
+        info = _core.inspect_capsule(exported)
         assert (info["data"] + info["byte_offset"]) % 2**64 == t.data_ptr()
         if spec["device"][0] in ADDRESS_DEVICES:
             assert info["byte_offset"] == 0
@@ -437,15 +524,21 @@ def run_capsule(spec, entries, cast):
         result, exc = attempt(entries[0], capsule, cast)
         if result is not None:
             assert expected["outcome"] == "ok", (
-                f"{entries[0]} accepted a capsule it must refuse ({expected['why']})")
+                f"{entries[0]} accepted a capsule it must refuse ({expected['why']})"
+            )
             assert _testing.capsule_name(capsule) == "used_" + original
             check_import(spec, expected, entries[0], result, buf)
             if entries[0] in ("from_dlpack", "asarray"):
                 assert counter.calls == 0, "deleter called while the import lives"
             host = spec["device"][0] in HOST
-            if (host and expected["size"] > 0 and spec["dtype"][1] % 8 == 0
-                    and np_dtype(DTYPES[spec["dtype"][:2]]) is not None
-                    and entries[0] != "asarray_dtype" and span_in_buffer(spec, expected)):
+            if (
+                host
+                and expected["size"] > 0
+                and spec["dtype"][1] % 8 == 0
+                and np_dtype(DTYPES[spec["dtype"][:2]]) is not None
+                and entries[0] != "asarray_dtype"
+                and span_in_buffer(spec, expected)
+            ):
                 check_values(spec, expected, entries[0], result, buf)
                 event("values checked")
             elif not host and entries[0] in ("from_dlpack", "asarray"):
@@ -460,7 +553,8 @@ def run_capsule(spec, entries, cast):
             note(f"refused: {type(exc).__name__}: {exc}")
             if expected["outcome"] == "ok":
                 assert entries[0] not in ("from_dlpack", "asarray"), (
-                    f"{entries[0]} refused a valid capsule: {exc!r}")
+                    f"{entries[0]} refused a valid capsule: {exc!r}"
+                )
             elif entries[0] in ("from_dlpack", "asarray"):
                 assert isinstance(exc, expected["exc"]), repr(exc)
             if expected["outcome"] == "version":
@@ -468,17 +562,20 @@ def run_capsule(spec, entries, cast):
                 assert isinstance(exc, BufferError), repr(exc)
                 assert _testing.capsule_name(capsule) == "used_" + VERSIONED
                 assert counter.calls == freed
-            elif (expected["outcome"] == "ok"
-                  and _testing.capsule_name(capsule) == "used_" + original):
+            elif (
+                expected["outcome"] == "ok" and _testing.capsule_name(capsule) == "used_" + original
+            ):
                 # A valid capsule, imported; what failed was the step after (a cast or
                 # conversion the device or dtype does not allow): the import is gone.
                 assert counter.calls == freed
             else:
                 # Refused: left exactly as it was ...
                 assert _testing.capsule_name(capsule) == original, (
-                    f"a refused capsule was renamed ({type(exc).__name__}: {exc})")
+                    f"a refused capsule was renamed ({type(exc).__name__}: {exc})"
+                )
                 assert counter.calls == 0, (
-                    f"a refused capsule's deleter was called ({type(exc).__name__}: {exc})")
+                    f"a refused capsule's deleter was called ({type(exc).__name__}: {exc})"
+                )
                 # ... so a second attempt (any entry point) gets the same answer.
                 result, exc = attempt(entries[1], capsule, cast)
                 if expected["outcome"] == "refuse":
@@ -496,8 +593,11 @@ def run_capsule(spec, entries, cast):
 
 
 @fuzz(2000)
-@given(spec=capsule_specs(), entries=st.lists(st.sampled_from(ENTRIES), min_size=2, max_size=2),
-       cast=st.sampled_from(CASTS))
+@given(
+    spec=capsule_specs(),
+    entries=st.lists(st.sampled_from(ENTRIES), min_size=2, max_size=2),
+    cast=st.sampled_from(CASTS),
+)
 def test_crafted_capsules(spec, entries, cast):
     run_capsule(spec, entries, cast)
 
@@ -522,7 +622,8 @@ def test_crafted_managed_tensors_through_the_exchange_table(spec):
             assert counter.calls == freed, "a refused, stolen tensor was not released"
         else:
             assert expected["outcome"] == "ok", (
-                f"the table accepted a tensor it must refuse ({expected['why']})")
+                f"the table accepted a tensor it must refuse ({expected['why']})"
+            )
             check_import(spec, expected, "from_dlpack", t, buf)
             assert counter.calls == 0
             del t
@@ -541,8 +642,11 @@ def test_crafted_managed_tensors_through_the_exchange_table(spec):
 
 
 @fuzz(200)
-@given(spec=capsule_specs(), entries=st.lists(st.sampled_from(ENTRIES), min_size=2, max_size=2),
-       cast=st.sampled_from(CASTS))
+@given(
+    spec=capsule_specs(),
+    entries=st.lists(st.sampled_from(ENTRIES), min_size=2, max_size=2),
+    cast=st.sampled_from(CASTS),
+)
 def test_versioned_struct_in_a_legacy_capsule(spec, entries, cast):
     """The name decides the kind: read as a legacy struct, a versioned one has garbage
     fields (data = the version, device = manager_ctx, ndim/dtype = the deleter's
@@ -567,14 +671,27 @@ def test_versioned_struct_in_a_legacy_capsule(spec, entries, cast):
 
 
 @fuzz(100)
-@given(spec=capsule_specs(), data=st.integers(0, 2**64 - 1).filter(lambda d: d & 0xFFFFFFFF != 1),
-       entry=st.sampled_from(ENTRIES), cast=st.sampled_from(CASTS))
+@given(
+    spec=capsule_specs(),
+    data=st.integers(0, 2**64 - 1).filter(lambda d: d & 0xFFFFFFFF != 1),
+    entry=st.sampled_from(ENTRIES),
+    cast=st.sampled_from(CASTS),
+)
 def test_legacy_struct_in_a_versioned_capsule(spec, data, entry, cast):
     """Read as versioned, a legacy struct's data pointer is the version (never 1 here)
     and its ndim/dtype the deleter. With ndim 0 and dtype zero that deleter is NULL, so
     the spec's rule (rename, call the deleter, BufferError) is safe to run."""
-    spec = dict(spec, versioned=False, name=VERSIONED, shape=[], ndim=None, strides=None,
-                dtype=(0, 0, 0), data_mode="bogus", bogus=data)
+    spec = dict(
+        spec,
+        versioned=False,
+        name=VERSIONED,
+        shape=[],
+        ndim=None,
+        strides=None,
+        dtype=(0, 0, 0),
+        data_mode="bogus",
+        bogus=data,
+    )
     capsule, counter = build(spec, np.zeros(BUF, np.uint8))
     with unraisables() as unraisable:
         result, exc = attempt(entry, capsule, cast)
@@ -592,10 +709,21 @@ def test_legacy_struct_in_a_versioned_capsule(spec, data, entry, cast):
 # --------------------------------------------------------------------------
 
 _RENAMES = st.one_of(
-    st.sampled_from(["<keep>", "<own>", "<other kind>", "used_" + LEGACY, "used_" + VERSIONED,
-                     None, "", "not_a_tensor"]),
+    st.sampled_from(
+        [
+            "<keep>",
+            "<own>",
+            "<other kind>",
+            "used_" + LEGACY,
+            "used_" + VERSIONED,
+            None,
+            "",
+            "not_a_tensor",
+        ]
+    ),
     st.text(alphabet="abdelnstuv_", max_size=12).map(lambda s: "used_" + s),
-    st.text(alphabet="abdelnstuv_", max_size=12))
+    st.text(alphabet="abdelnstuv_", max_size=12),
+)
 
 
 def export(t, how):
@@ -603,15 +731,25 @@ def export(t, how):
 
 
 @fuzz(400)
-@given(dtype=st.sampled_from(STANDARD), n=st.integers(0, 6), view=st.booleans(),
-       readonly=st.booleans(),
-       how=st.sampled_from([(1, 3), (1, 0), (2, 0), None, (0, 9), "to_dlpack"]),
-       rename=_RENAMES, feed=st.booleans())
+@given(
+    dtype=st.sampled_from(STANDARD),
+    n=st.integers(0, 6),
+    view=st.booleans(),
+    readonly=st.booleans(),
+    how=st.sampled_from([(1, 3), (1, 0), (2, 0), None, (0, 9), "to_dlpack"]),
+    rename=_RENAMES,
+    feed=st.booleans(),
+)
 def test_exported_capsules_renamed_and_dropped(dtype, n, view, readonly, how, rename, feed):
     a = np.arange(n * 2).astype(dtype)
     capsule, counter = _testing.make_capsule(
-        a, shape=a.shape, strides=(1,), dtype=(DTYPES_BY_NAME[dtype].code, a.itemsize * 8, 1),
-        flags=READ_ONLY if readonly else 0, owner=a)
+        a,
+        shape=a.shape,
+        strides=(1,),
+        dtype=(DTYPES_BY_NAME[dtype].code, a.itemsize * 8, 1),
+        flags=READ_ONLY if readonly else 0,
+        owner=a,
+    )
     source = tb.from_dlpack(capsule)
     del capsule
     t = source[::-2] if view else source
@@ -622,8 +760,9 @@ def test_exported_capsules_renamed_and_dropped(dtype, n, view, readonly, how, re
         return
     exported = export(t, how)
     own = VERSIONED if versioned else LEGACY
-    name = {"<keep>": own, "<own>": own, "<other kind>": LEGACY if versioned else VERSIONED
-            }.get(rename, rename)
+    name = {"<keep>": own, "<own>": own, "<other kind>": LEGACY if versioned else VERSIONED}.get(
+        rename, rename
+    )
     if rename != "<keep>":
         _testing.set_capsule_name(exported, name)
     assert _testing.capsule_name(exported) == name
@@ -854,7 +993,11 @@ def test_copies_and_round_trips_match_numpy(a, how):
     # Our capsule into ourselves: the same description and memory.
     again = tb.from_dlpack(t.__dlpack__(max_version=(1, 3)))
     assert (again.shape, again.strides, again.dtype, again.readonly) == (
-        t.shape, t.strides, t.dtype, t.readonly)
+        t.shape,
+        t.strides,
+        t.dtype,
+        t.readonly,
+    )
     assert_same(again, a)
     if a.size:
         assert again.data_ptr() == t.data_ptr()

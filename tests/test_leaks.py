@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import framework
 
 import tensorbridge as tb
 from tensorbridge import _testing
@@ -77,7 +78,7 @@ def _source() -> np.ndarray:
 
 
 def _torch_source():
-    torch = pytest.importorskip("torch")
+    torch = framework("torch")
     return torch, torch.arange(8, dtype=torch.float32)
 
 
@@ -144,7 +145,7 @@ def torch_table() -> Step:
 
 
 def tvm_ffi_table() -> Step:
-    tvm_ffi = pytest.importorskip("tvm_ffi")
+    tvm_ffi = framework("tvm_ffi")
     t = tb.from_dlpack(_source())
     return lambda: tvm_ffi.from_dlpack(t)
 

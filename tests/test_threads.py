@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from needs import needs
 
 import tensorbridge as tb
 
@@ -248,7 +249,7 @@ def test_threads_numpy_and_tensorbridge():
     assert _stress(rounds, _share()) >= N_THREADS
 
 
+@needs("torch")
 def test_threads_with_torch():
-    pytest.importorskip("torch")
     rounds = [torch_round, numpy_round, capsule_round, view_round, torch_round]
     assert _stress(rounds, _share()) >= N_THREADS

@@ -9,12 +9,32 @@
 Importing tensorbridge imports no array framework, not even NumPy.
 """
 
-from tensorbridge._version import __version__
-from tensorbridge._dtypes import DType, DTYPES as _DTYPES, get_default_dtype, set_default_dtype
-from tensorbridge._devices import DLDeviceType, Device
-from tensorbridge._errors import ImportOrderError, NotDLPackError, ProducerError, TensorbridgeError
+from tensorbridge import _core, _creation
 from tensorbridge._core import DLPACK_VERSION, Tensor, asarray, convert, from_dlpack, to_dlpack
 from tensorbridge._creation import arange, empty, full, ones, zeros
+from tensorbridge._devices import Device, DLDeviceType
+from tensorbridge._dtypes import DTYPES as _DTYPES
+from tensorbridge._dtypes import DType, get_default_dtype, set_default_dtype
+from tensorbridge._errors import ImportOrderError, NotDLPackError, ProducerError, TensorbridgeError
+from tensorbridge._version import __version__
+
+
+def _load_convert():
+    from tensorbridge._convert import convert_general
+
+    return convert_general
+
+
+def _load_numpy_ops():
+    from tensorbridge import _numpy
+
+    return _numpy
+
+
+# The compiled core never imports upward: it calls the Python layer through these.
+_core.register_fallbacks(
+    asarray=_creation.asarray, load_convert=_load_convert, load_numpy_ops=_load_numpy_ops
+)
 
 
 def __getattr__(name: str):
@@ -25,6 +45,7 @@ def __getattr__(name: str):
 
         return getattr(_convert, name)
     raise AttributeError(f"module 'tensorbridge' has no attribute {name!r}")
+
 
 # One module attribute per DType: tensorbridge.float32, tensorbridge.bool, ...
 globals().update(_DTYPES)

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
 from tensorbridge._cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""convert and explain: a tensor of any framework into any other, correctly.
+"""The planner: `Plan`, `explain`, and the general `convert`.
 
-`convert` makes a `Plan` once, from the source's metadata and the target's facts
-(`_frameworks.py`), and then carries it out; `explain` returns the same Plan
-without carrying it out. See docs/design.md, "Bridges".
+`convert_general` makes a `Plan` once, from the source's metadata and the target's
+facts (`tensorbridge._frameworks`), and then carries it out; `explain` returns the
+same Plan without carrying it out. Everything a framework does differently is a
+hook of its `Framework` class: nothing here names a framework. The compiled front
+door (`tensorbridge.convert`) answers the calls that need no planning and hands the
+rest to `convert_general`. See docs/design.md, "Bridges".
 """
 
 from __future__ import annotations
@@ -14,14 +17,11 @@ from typing import Any
 
 from tensorbridge import _core
 from tensorbridge._core import Tensor
-from tensorbridge._creation import _is_numpy_scalar
-from tensorbridge._devices import HOST_ACCESSIBLE, as_device
-from tensorbridge._dtypes import DType, as_dtype
+from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
+from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 
-__all__ = ["Plan", "convert", "explain"]
-
-convert = _core.convert  # the compiled front door; it calls _convert below
+__all__ = ["Plan", "convert_general", "explain"]
 
 
 # --------------------------------------------------------------------------
@@ -41,10 +41,8 @@ def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
     """Turn obj into a Tensor, fixing what its framework's own export gets wrong."""
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     framework = framework_of(obj)
-    name = framework.name if framework else ""
     notes: list[str] = []
     copied: str | None = None
-    immutable = False
 
     def must_copy(why: str) -> None:
         nonlocal copied
@@ -52,70 +50,49 @@ def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
             raise BufferError(f"convert(): copy=False, but {why}")
         copied = why
 
-    if _core._is_capsule(obj) and not consume:
+    if _core.is_capsule(obj) and not consume:
         return _Source(_CapsuleMeta(obj), "DLPack capsule", notes, None)
-    if framework is not None and framework.readonly == "writable" and \
-            _core._exchange_api_info(obj) is not None:
-        # A mutable framework's tensor with an exchange table: later conversions of
-        # this type may read it in C (torch bit views still come here).
-        _core._register_fast_source(type(obj))
-    if name == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
-        if obj.requires_grad:
-            obj = obj.detach()
-            notes.append("detached from autograd (shares memory)")
-        if obj.is_conj():
-            must_copy("torch conjugate views must be resolved (a copy)")
-            obj = obj.resolve_conj()
-        if obj.is_neg():
-            must_copy("torch negative-bit views must be resolved (a copy)")
-            obj = obj.resolve_neg()
-    elif name == "tensorflow":
-        immutable = True
-        if not hasattr(obj, "__dlpack__") and hasattr(obj, "read_value"):
-            obj = obj.read_value()
-            notes.append("read the tf.Variable's value")
-    elif name == "jax":
-        immutable = True
-    elif name == "pyarrow":
-        immutable = True
-        if type(obj).__name__ == "ChunkedArray":
-            if obj.num_chunks != 1:
-                must_copy("a pyarrow.ChunkedArray with several chunks is joined (a copy)")
-            obj = obj.combine_chunks()
-        if str(getattr(obj, "type", "")) == "bool":
-            must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
-            obj = obj.to_numpy(zero_copy_only=False)
-    if isinstance(obj, (bool, int, float, complex, list, tuple)) or _is_numpy_scalar(obj):
+    if framework is not None:
+        _remember_fast_source(framework, obj)
+        obj = framework.prepare_source(obj, must_copy, notes)
+    if isinstance(obj, (bool, int, float, complex, list, tuple)):
         must_copy(f"a {type(obj).__name__} is a value, not memory to share")
     tensor = _core.asarray(obj)
-    if immutable:
+    if framework is not None and framework.readonly == "immutable":
         # (from_dlpack already imports the arrays of immutable types read-only.)
         if not tensor.readonly:
-            tensor = _core._set_readonly(tensor, True)
-        notes.append(f"{name} arrays are immutable: the data is treated as read-only")
+            tensor = _core.set_readonly(tensor, True)
+        notes.append(f"{framework.name} arrays are immutable: the data is treated as read-only")
     return _Source(tensor, kind, notes, copied)
+
+
+def _remember_fast_source(framework: type[Framework], obj: Any) -> None:
+    """A mutable framework's tensor with an exchange table: tell the compiled front
+    door that later conversions of this type may read it in C (torch bit views
+    still come here: the front door checks them)."""
+    if framework.readonly == "writable" and _core.exchange_api_info(obj) is not None:
+        _core.register_fast_source(type(obj))
 
 
 class _CapsuleMeta:
     """The metadata of a capsule, read without consuming it (for explain)."""
 
     def __init__(self, capsule: Any) -> None:
-        info = _core._inspect_capsule(capsule)
+        info = _core.inspect_capsule(capsule)
         if "shape" not in info:
             raise BufferError(f"explain(): cannot read a capsule named {info['name']!r}")
-        from tensorbridge._dtypes import dtype_from_code
-
-        self.shape = info["shape"] or ()
-        self.ndim = info["ndim"]
-        self.dtype = dtype_from_code(info["dtype"][0], info["dtype"][1])
-        if self.dtype is None:
+        dtype = dtype_from_code(info["dtype"][0], info["dtype"][1])
+        if dtype is None:
             raise BufferError(f"explain(): the capsule's dtype {info['dtype']} is not DLPack's")
-        self.strides = info["strides"] or _c_strides(self.shape)
-        self.device = as_device(info["device"])
         flags = info["flags"] or 0
+        self.dtype: DType = dtype
+        self.shape: tuple[int, ...] = info["shape"] or ()
+        self.ndim: int = info["ndim"]
+        self.strides: tuple[int, ...] = info["strides"] or _c_strides(self.shape)
+        self.device: Device = as_device(info["device"])
         self.readonly = bool(flags & _core.FLAG_READ_ONLY)
-        self.packed = self.dtype.bits < 8 and not flags & _core.FLAG_SUBBYTE_PADDED
-        self._ptr = info["data"] + info["byte_offset"]
+        self.packed = dtype.bits < 8 and not flags & _core.FLAG_SUBBYTE_PADDED
+        self._ptr: int = info["data"] + info["byte_offset"]
         self.size = 1
         for n in self.shape:
             self.size *= n
@@ -125,11 +102,14 @@ class _CapsuleMeta:
 
     def is_contiguous(self) -> bool:
         return self.size == 0 or all(
-            s == c for s, c, n in zip(self.strides, _c_strides(self.shape), self.shape) if n != 1
+            s == c
+            for s, c, n in zip(self.strides, _c_strides(self.shape), self.shape, strict=True)
+            if n != 1
         )
 
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """C-order strides, in elements, of a capsule that gives none."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
@@ -177,9 +157,7 @@ class Plan:
     _requires_grad: bool = dataclasses.field(repr=False, default=False)
 
     def __str__(self) -> str:
-        memory = "shared (zero-copy)" if self.shares_memory else "copied: " + "; ".join(
-            self.copies
-        )
+        memory = "shared (zero-copy)" if self.shares_memory else "copied: " + "; ".join(self.copies)
         lines = [
             f"convert {self.source} -> {self.target}",
             f"  path:    {self.path}",
@@ -283,7 +261,7 @@ def _carry_out(plan: Plan, t: Tensor) -> Any:
         t = t.astype(plan._cast)
     elif plan._precopy:
         # Bit-packed float6/float4 copies unpack (one element per byte); others memcpy.
-        t = t.astype(t.dtype) if _core._is_packed_tensor(t) else t.copy()
+        t = t.astype(t.dtype) if _core.is_packed(t) else t.copy()
     result = framework.make(t)
     got = framework.dtype_name(result)
     if got != plan.dtype:
@@ -300,7 +278,7 @@ def _carry_out(plan: Plan, t: Tensor) -> Any:
 # --------------------------------------------------------------------------
 
 
-def _convert(
+def convert_general(
     obj: Any,
     to: Any,
     /,
@@ -310,22 +288,29 @@ def _convert(
     copy: bool | None = None,
     requires_grad: bool = False,
 ) -> Any:
-    """The planner's convert (the public `convert` is `_core.convert`, which
-    answers plan-free calls in C and calls this for the rest)."""
+    """The planner's convert (the public `convert` is the compiled front door,
+    which answers plan-free calls in C and calls this for the rest)."""
     framework = resolve_target(to)
     source = _read_source(obj, copy, consume=True)
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad)
     result = _carry_out(plan, source.tensor)
     if (
-        dtype is None and device is None and copy is None and requires_grad is False
+        dtype is None
+        and device is None
+        and copy is None
+        and requires_grad is False
         and (type(to) is str or type(to) is types.ModuleType)
     ):
-        # From now on the compiled front door (_core.convert) answers the calls
-        # to this target that need no planning.
-        fast = framework.fast_target()
-        if fast is not None:
-            _core._set_fast_target(to, fast)
+        _remember_fast_target(to, framework)
     return result
+
+
+def _remember_fast_target(to: str | types.ModuleType, framework: type[Framework]) -> None:
+    """From now on the compiled front door answers the calls to this target that
+    need no planning (when the framework has a fast path)."""
+    fast = framework.fast_target()
+    if fast is not None:
+        _core.set_fast_target(to, fast)
 
 
 def explain(

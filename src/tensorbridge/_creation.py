@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import sys
 from _collections_abc import Sequence  # loaded at startup; collections.abc is not
-TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
-if TYPE_CHECKING:
-    from typing import Any
 
 from tensorbridge import _core
-from tensorbridge._core import Tensor, _CopyNeeded, from_dlpack
+from tensorbridge._core import CopyNeeded, Tensor, from_dlpack
 from tensorbridge._core import asarray as _asarray
 from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
 from tensorbridge._dtypes import (
@@ -20,6 +17,10 @@ from tensorbridge._dtypes import (
     default_complex,
     get_default_dtype,
 )
+
+TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["arange", "asarray", "empty", "full", "ones", "zeros"]
 
@@ -83,19 +84,19 @@ def asarray(
         tensor = obj
     elif _is_ml_dtypes_array(obj):
         tensor = _from_ml_dtypes_array(obj)
-    elif hasattr(type(obj), "__dlpack__") or _core._is_capsule(obj):
+    elif hasattr(type(obj), "__dlpack__") or _core.is_capsule(obj):
         tensor, fresh = _from_dlpack_source(obj, target_device, copy)
     elif isinstance(obj, (bool, int, float, complex)) or _is_numpy_scalar(obj):
         # (NumPy scalars also export the buffer protocol, read-only: they are
         # values, so they become new tensors like Python scalars.)
         _refuse_copy_false(copy, f"a {type(obj).__name__} scalar is always copied")
         tensor, fresh = _from_scalar(obj, target_dtype), True
-    elif _core._has_buffer(obj):
+    elif _core.has_buffer(obj):
         raw_dtype = target_dtype if target_dtype is not None else get_default_dtype()
-        tensor = _core._import_buffer(obj, raw_dtype)
+        tensor = _core.import_buffer(obj, raw_dtype)
     elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
         _refuse_copy_false(copy, f"a Python {type(obj).__name__} is always copied")
-        tensor, fresh = _from_sequence(obj, target_dtype), True
+        tensor, fresh = from_sequence(obj, target_dtype), True
     else:
         raise TypeError(
             f"asarray(): cannot convert {type(obj).__module__}.{type(obj).__qualname__}; "
@@ -129,35 +130,30 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
     )
 
 
-def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None):
+def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None) -> tuple[Tensor, bool]:
     """Import a DLPack object or capsule, asking the producer for device moves."""
-    if _is_torch_view_with_bits(obj):
-        # Its memory holds other values than it shows: only a resolved copy is right.
-        _refuse_copy_false(copy, "a torch view with the negative/conjugate bit set "
-                           "must be resolved (copied)")
-        return from_dlpack(obj.resolve_neg().resolve_conj(), device=device), True
-    if copy is False and device is not None and not _core._is_capsule(obj):
+    if "torch" in sys.modules:
+        from tensorbridge._frameworks import torch as torch_quirks
+
+        if torch_quirks.has_view_bits(obj):
+            # Its memory holds other values than it shows: only a resolved copy is right.
+            _refuse_copy_false(
+                copy, "a torch view with the negative/conjugate bit set must be resolved (copied)"
+            )
+            return from_dlpack(torch_quirks.resolve_view_bits(obj), device=device), True
+    if copy is False and device is not None and not _core.is_capsule(obj):
         source = Device(obj)  # uses __dlpack_device__
-        if source != device and not (
-            device == _CPU and int(source.device_type) in HOST_ACCESSIBLE
-        ):
-            raise ValueError(f"asarray(): copy=False, but moving {source} data to {device} "
-                             "needs a copy")
+        if source != device and not (device == _CPU and int(source.device_type) in HOST_ACCESSIBLE):
+            raise ValueError(
+                f"asarray(): copy=False, but moving {source} data to {device} needs a copy"
+            )
     try:
         tensor = from_dlpack(obj, device=device, copy=copy)
-    except _CopyNeeded as exc:
-        raise ValueError(f"asarray(): copy=False, but {type(obj).__name__} can only "
-                         "export a copy") from exc
+    except CopyNeeded as exc:
+        raise ValueError(
+            f"asarray(): copy=False, but {type(obj).__name__} can only export a copy"
+        ) from exc
     return tensor, copy is True
-
-
-def _is_torch_view_with_bits(obj: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return (
-        torch is not None
-        and isinstance(obj, torch.Tensor)
-        and bool(obj.is_neg() or obj.is_conj())
-    )
 
 
 def _is_numpy_scalar(obj: Any) -> bool:
@@ -186,7 +182,8 @@ def _from_ml_dtypes_array(array: Any) -> Tensor:
 def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
     if dtype is None:
         if _is_numpy_scalar(value):
-            return _numpy_ops().from_numpy_copy(value.__array__())
+            copied: Tensor = _numpy_ops().from_numpy_copy(value.__array__())
+            return copied
         if isinstance(value, bool):
             dtype = DTYPES["bool"]
         elif isinstance(value, int):
@@ -197,16 +194,16 @@ def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
             dtype = get_default_dtype()
         else:
             dtype = default_complex()
-    fast = _core._from_sequence([value], dtype, get_default_dtype(), default_complex())
+    fast = _core.from_sequence([value], dtype, get_default_dtype(), default_complex())
     if fast is not None:
         return fast.reshape(())
-    out = _core._empty((), dtype)
-    _numpy_ops()._copy_into(out, _numpy_ops().np.asarray(value))
+    out = _core.empty_tensor((), dtype)
+    _numpy_ops().copy_into(out, _numpy_ops().np.asarray(value))
     return out
 
 
-def _from_sequence(obj: Any, dtype: DType | None) -> Tensor:
-    fast = _core._from_sequence(obj, dtype, get_default_dtype(), default_complex())
+def from_sequence(obj: Any, dtype: DType | None) -> Tensor:
+    fast = _core.from_sequence(obj, dtype, get_default_dtype(), default_complex())
     if fast is not None:
         return fast
     return _sequence_general(obj, dtype)
@@ -230,7 +227,8 @@ def _sequence_general(obj: Any, dtype: DType | None) -> Tensor:
             dtype = get_default_dtype()
         else:
             dtype = ops.dtype_of(array)
-    return ops.from_numpy_copy(array, dtype)
+    result: Tensor = ops.from_numpy_copy(array, dtype)
+    return result
 
 
 def _position(pos: tuple[int, ...]) -> str:
@@ -307,8 +305,9 @@ def _shape_arg(api: str, shape: Any) -> tuple[int, ...]:
     try:
         dims = tuple(int(s.__index__()) for s in shape)
     except (TypeError, AttributeError):
-        raise TypeError(f"{api}(): shape must be an int or a sequence of ints; got {shape!r}") \
-            from None
+        raise TypeError(
+            f"{api}(): shape must be an int or a sequence of ints; got {shape!r}"
+        ) from None
     for d in dims:
         if d < 0:
             raise ValueError(f"{api}(): negative extent {d} in shape {dims}")
@@ -327,14 +326,14 @@ def empty(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
     """A new uninitialised C-contiguous tensor (64-byte aligned memory)."""
     _cpu_only("empty", device)
     dtype = get_default_dtype() if dtype is None else as_dtype(dtype)
-    return _core._empty(_shape_arg("empty", shape), dtype)
+    return _core.empty_tensor(_shape_arg("empty", shape), dtype)
 
 
 def zeros(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
     """A new tensor of zeros."""
     _cpu_only("zeros", device)
     dtype = get_default_dtype() if dtype is None else as_dtype(dtype)
-    return _core._zero_fill(_core._empty(_shape_arg("zeros", shape), dtype))
+    return _core.zero_fill(_core.empty_tensor(_shape_arg("zeros", shape), dtype))
 
 
 def ones(shape: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
@@ -353,8 +352,8 @@ def full(shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) 
         dtype = value.dtype
     else:
         dtype = as_dtype(dtype)
-    out = _core._empty(dims, dtype)
-    _numpy_ops()._copy_into(out, _numpy_ops().to_numpy(_asarray(fill_value), unpack=True))
+    out = _core.empty_tensor(dims, dtype)
+    _numpy_ops().copy_into(out, _numpy_ops().to_numpy(_asarray(fill_value), unpack=True))
     return out
 
 
@@ -377,4 +376,5 @@ def arange(
     else:
         dtype = as_dtype(dtype)
     values = np.arange(start, stop, step)
-    return _numpy_ops().from_numpy_copy(values, dtype)
+    result: Tensor = _numpy_ops().from_numpy_copy(values, dtype)
+    return result

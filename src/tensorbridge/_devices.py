@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+
 TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
@@ -85,9 +86,9 @@ class Device:
     device_type: DLDeviceType
     index: int
 
-    def __new__(cls, type: Any, index: int | None = None) -> Device:  # noqa: A002
+    def __new__(cls, type: Any, index: int | None = None) -> Device:
         device_type, parsed_index = _parse(type, index)
-        return _make(device_type, parsed_index)
+        return cached_device(device_type, parsed_index)
 
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"Device is immutable; cannot set {key!r}")
@@ -128,13 +129,13 @@ class Device:
         return hash((int(self.device_type), self.index))
 
     def __reduce__(self) -> tuple[object, tuple[int, int]]:
-        return (_make, (int(self.device_type), self.index))
+        return (cached_device, (int(self.device_type), self.index))
 
 
 _CACHE: dict[tuple[int, int], Device] = {}
 
 
-def _make(device_type: int, index: int) -> Device:
+def cached_device(device_type: int, index: int) -> Device:
     """The cached Device for an already validated (device_type, index)."""
     key = (device_type, index)
     device = _CACHE.get(key)
@@ -146,16 +147,19 @@ def _make(device_type: int, index: int) -> Device:
     return device
 
 
+_make = cached_device  # the name pickles made by tensorbridge 0.1.0 refer to
+
+
 def _check_index(index: Any, what: object) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         # numpy/torch integer scalars are fine; anything else is not an index.
         if hasattr(index, "__index__") and not isinstance(index, bool):
-            index = index.__index__()
+            index = int(index.__index__())
         else:
             raise TypeError(f"device index must be an int; got {index!r} in {what!r}")
     if not 0 <= index < 2**31:
         raise ValueError(f"device index must be in [0, 2**31); got {index} in {what!r}")
-    return index
+    return int(index)
 
 
 def _check_type(device_type: Any, what: object) -> int:

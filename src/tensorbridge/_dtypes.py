@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+
 TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
@@ -39,7 +40,7 @@ class DType:
         ``"bool"``, ``"int"``, ``"uint"``, ``"float"`` or ``"complex"``.
     """
 
-    __slots__ = ("name", "code", "bits", "lanes", "itemsize", "kind")
+    __slots__ = ("bits", "code", "itemsize", "kind", "lanes", "name")
 
     name: str
     code: int

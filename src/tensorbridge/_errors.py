@@ -18,6 +18,10 @@ standard already catches, so adopting tensorbridge never changes which
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing costs import time; annotations are strings
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["ImportOrderError", "NotDLPackError", "ProducerError", "TensorbridgeError"]
 
 
@@ -45,7 +49,7 @@ class ProducerError(TensorbridgeError):
         # Ours, whatever the mixed-in type's __str__ would make of its attributes.
         return self._tb_message or super().__str__()
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> str | tuple[Any, ...]:
         if self._tb_base is None:
             return super().__reduce__()
         state = dict(self.__dict__)
@@ -66,7 +70,7 @@ def _mixed_class(base: type) -> type | None:
     if base not in _producer_classes:
         try:
             cls: type | None = type(f"{base.__name__}FromProducer", (ProducerError, base), {})
-            cls.__module__ = __name__  # type: ignore[union-attr]
+            cls.__module__ = __name__
         except TypeError:  # a final class or a layout conflict
             cls = None
         _producer_classes[base] = cls
@@ -76,8 +80,23 @@ def _mixed_class(base: type) -> type | None:
 #: Attributes that built-in exception types keep outside ``__dict__`` (OSError,
 #: UnicodeError, StopIteration, AttributeError, ImportError, SyntaxError).
 _BUILTIN_ATTRIBUTES = (
-    "errno", "strerror", "filename", "filename2", "encoding", "object", "start", "end",
-    "reason", "value", "name", "obj", "path", "msg", "lineno", "offset", "text",
+    "errno",
+    "strerror",
+    "filename",
+    "filename2",
+    "encoding",
+    "object",
+    "start",
+    "end",
+    "reason",
+    "value",
+    "name",
+    "obj",
+    "path",
+    "msg",
+    "lineno",
+    "offset",
+    "text",
 )
 
 
@@ -92,7 +111,7 @@ def _builtin_attributes(exc: BaseException) -> dict[str, object]:
     return found
 
 
-def _make(cls: type, base: type, text: str) -> BaseException:
+def _make(cls: type[ProducerError], base: type, text: str) -> BaseException:
     """An instance of cls without calling base's constructor, which may take other
     arguments (TensorFlow's OpError, UnicodeError)."""
     new = cls.__new__(cls)

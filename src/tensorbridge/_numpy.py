@@ -19,6 +19,7 @@ from tensorbridge._dtypes import DTYPES, DType, as_dtype
 __all__ = [
     "array_protocol",
     "cast",
+    "copy_into",
     "format_tensor",
     "from_numpy_copy",
     "getitem_advanced",
@@ -30,8 +31,20 @@ __all__ = [
 
 #: dtypes NumPy has natively; the others come from ml_dtypes.
 _NATIVE = {
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 }
 #: Unsigned carriers of the same size, to view ml_dtypes data through NumPy.
 _CARRIER = {1: DTYPES["uint8"], 2: DTYPES["uint16"]}
@@ -51,7 +64,8 @@ def numpy_dtype(dtype: DType) -> np.dtype:
     """The NumPy dtype of a DType (ml_dtypes for the non-native ones)."""
     if dtype.name in _NATIVE:
         return np.dtype(dtype.name)
-    return np.dtype(getattr(_ml_dtypes(dtype), dtype.name))
+    found: np.dtype = np.dtype(getattr(_ml_dtypes(dtype), dtype.name))
+    return found
 
 
 def dtype_of(array: np.ndarray) -> DType:
@@ -60,7 +74,7 @@ def dtype_of(array: np.ndarray) -> DType:
 
 
 def _require_host(t: Tensor, what: str) -> None:
-    if not _core._is_host(t):
+    if not _core.is_host(t):
         raise BufferError(f"{what} needs CPU-accessible memory; this tensor is on {t.device}")
 
 
@@ -75,13 +89,13 @@ def to_numpy(t: Tensor, *, unpack: bool = False) -> np.ndarray:
     if name in _NATIVE:
         return np.asarray(t)
     np_dtype = numpy_dtype(t.dtype)
-    if _core._is_packed_tensor(t):
+    if _core.is_packed(t):
         if not unpack:
             raise BufferError(
                 f"bit-packed {name} data has no NumPy view (NumPy stores one element per "
                 "byte); use .astype() or .tolist() to unpack it"
             )
-        out = _unpack_subbyte(np.asarray(_core._as_bytes_view(t)), t.dtype.bits, t.size)
+        out = _unpack_subbyte(np.asarray(_core.as_bytes_view(t)), t.dtype.bits, t.size)
         out = out.view(np_dtype).reshape(t.shape)
         out.flags.writeable = False
         return out
@@ -102,7 +116,7 @@ def _pack_subbyte(values: np.ndarray, bits: int) -> np.ndarray:
 
 def array_protocol(t: Tensor, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
     """``Tensor.__array__``: NumPy 2 semantics for ``copy``."""
-    packed = _core._is_packed_tensor(t)
+    packed = _core.is_packed(t)
     wanted = None if dtype is None else np.dtype(dtype)
     if copy is False:
         if packed:
@@ -124,12 +138,12 @@ def array_protocol(t: Tensor, dtype: Any = None, copy: bool | None = None) -> np
 def from_numpy_copy(array: np.ndarray, dtype: DType | None = None) -> Tensor:
     """A new 64-byte aligned tensor holding array's values (cast to dtype if given)."""
     target = dtype_of(array) if dtype is None else dtype
-    out = _core._empty(array.shape, target)
-    _copy_into(out, array)
+    out = _core.empty_tensor(array.shape, target)
+    copy_into(out, array)
     return out
 
 
-def _copy_into(out: Tensor, values: Any) -> None:
+def copy_into(out: Tensor, values: Any) -> None:
     """Write values (broadcast and cast unsafely) into the fresh tensor `out`."""
     if out.size == 0:
         return
@@ -144,8 +158,8 @@ def _copy_into(out: Tensor, values: Any) -> None:
 def cast(t: Tensor, dtype: DType) -> Tensor:
     """A new tensor of t's values cast to dtype (NumPy's unsafe casting)."""
     _require_host(t, f"casting to {dtype.name}")
-    out = _core._empty(t.shape, dtype)
-    _copy_into(out, to_numpy(t, unpack=True))
+    out = _core.empty_tensor(t.shape, dtype)
+    copy_into(out, to_numpy(t, unpack=True))
     return out
 
 
@@ -180,7 +194,7 @@ def _value_to_numpy(value: Any) -> Any:
 def setitem(t: Tensor, key: Any, value: Any) -> None:
     """``t[key] = value`` in place, with NumPy broadcasting and casting."""
     _require_host(t, "assignment")
-    if _core._is_packed_tensor(t):
+    if _core.is_packed(t):
         raise TypeError(f"cannot assign into bit-packed {t.dtype.name} data; unpack it first")
     destination = to_numpy(t)
     np_key = _index_to_numpy(key)
@@ -198,7 +212,7 @@ def format_tensor(t: Tensor) -> str:
     try:
         array = to_numpy(t, unpack=True)
     except ImportError:
-        return t._meta_repr()
+        return _core.meta_repr(t)
     prefix = "tensorbridge.tensor("
     options: dict[str, Any] = {}
     if array.dtype.kind in "fc" or t.dtype.name not in _NATIVE:
@@ -235,7 +249,8 @@ def _printed_elements(array: np.ndarray) -> np.ndarray:
     if array.size <= 1000:
         return array
     picks = [np.r_[0:3, n - 3 : n] if n > 6 else np.arange(n) for n in array.shape]
-    return array[np.ix_(*picks)]
+    shown: np.ndarray = array[np.ix_(*picks)]
+    return shown
 
 
 # --------------------------------------------------------------------------
@@ -244,11 +259,11 @@ def _printed_elements(array: np.ndarray) -> np.ndarray:
 
 
 def reduce_tensor(t: Tensor, protocol: int) -> tuple[Any, tuple[Any, ...]]:
-    if not _core._is_host(t):
+    if not _core.is_host(t):
         raise TypeError(f"cannot pickle a tensor on {t.device}: its memory is not CPU-accessible")
     source = t if t.is_contiguous() else t.copy()
-    raw = _core._as_bytes_view(source)
-    packed = _core._is_packed_tensor(t)
+    raw = _core.as_bytes_view(source)
+    packed = _core.is_packed(t)
     if protocol >= 5:
         data: Any = pickle.PickleBuffer(raw)
     else:
@@ -260,8 +275,8 @@ def _rebuild(data: Any, shape: tuple[int, ...], dtype_name: str, packed: bool) -
     if isinstance(data, bytes):
         # Protocols before 5 (and in-band copies of read-only buffers) give bytes;
         # rebuild into writable memory of our own.
-        raw = _core._empty((len(data),), DTYPES["uint8"])
+        raw = _core.empty_tensor((len(data),), DTYPES["uint8"])
         memoryview(raw)[:] = data
     else:
-        raw = _core._import_buffer(data, DTYPES["uint8"])
-    return _core._reinterpret(raw, DTYPES[dtype_name], tuple(shape), packed)
+        raw = _core.import_buffer(data, DTYPES["uint8"])
+    return _core.reinterpret(raw, DTYPES[dtype_name], tuple(shape), packed)

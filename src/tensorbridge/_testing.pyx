@@ -14,31 +14,15 @@ deleter of that kind; renamed, it does nothing. Not a public API.
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_RECORDS_RO
-from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.string cimport memset, strcmp
 
 from tensorbridge._dlpack cimport *
 
-cdef extern from "Python.h":
-    ctypedef void (*PyCapsule_Destructor)(PyObject*) noexcept
-    object PyCapsule_New(void* pointer, const char* name, PyCapsule_Destructor destructor)
-    void* PyCapsule_GetPointer(object capsule, const char* name) except? NULL
-    const char* PyCapsule_GetName(object capsule) except? NULL
-    int PyCapsule_SetName(object capsule, const char* name) except -1
-    bint Py_IsInitialized()
-    int PyCapsule_SetContext(object capsule, void* context) except -1
-    # For capsule destructors, which get a capsule whose reference count is 0 (no
-    # Python object may be made of it).
-    const char* _raw_capsule_name "PyCapsule_GetName"(PyObject* capsule) noexcept
-    void* _raw_capsule_context "PyCapsule_GetContext"(PyObject* capsule) noexcept
-    void PyErr_Fetch(PyObject** type, PyObject** value, PyObject** tb) noexcept
-    void PyErr_Restore(PyObject* type, PyObject* value, PyObject* tb) noexcept
-    void PyErr_Clear() noexcept
-
-cdef extern from "_runtime.h":
-    void tb_capsule_destructor_versioned(PyObject*) noexcept
-    bint tb_interpreter_gone() noexcept nogil
-    void tb_call_deleter(void* managed, int versioned) noexcept nogil
+from tensorbridge._cpython cimport *
+from tensorbridge._lifetime cimport (
+    tb_call_deleter, tb_capsule_destructor_versioned, tb_interpreter_gone,
+)
 
 cdef extern from "<stdlib.h>" nogil:
     int atexit(void (*func)() noexcept nogil)
@@ -73,8 +57,8 @@ cdef class DeleterCounter:
 cdef void _count_call(DeleterCounter counter) noexcept:
     counter.calls += 1
     try:
-        from tensorbridge._core import _export_release_depth
-        if _export_release_depth() > 0:
+        from tensorbridge._core import export_release_depth
+        if export_release_depth() > 0:
             counter.nested_calls += 1
     except BaseException:
         pass
@@ -290,11 +274,6 @@ def delete_after_interpreter_exit(capsule):
 # --------------------------------------------------------------------------
 # DLPack C exchange tables: a fake producer table, and calls into any table
 # --------------------------------------------------------------------------
-
-cdef extern from "Python.h":
-    void* PyLong_AsVoidPtr(object) except? NULL
-    object PyLong_FromVoidPtr(void*)
-    PyObject* PyErr_Occurred()
 
 #: How many times the fake table's managed_tensor_from_py_object_no_sync ran.
 cdef int _table_calls = 0

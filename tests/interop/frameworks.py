@@ -3,30 +3,26 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
-import pytest
+from needs import framework
 
-#: Every bridge target tested here (cupy needs a GPU: see test_convert.py's fake).
-NAMES = [
-    "numpy", "torch", "jax", "paddle", "tensorflow", "mlx", "pyarrow", "array_api_strict",
-    "tvm_ffi", "tensorbridge",
-]
-MODULES = {
-    "numpy": "numpy", "torch": "torch", "jax": "jax", "paddle": "paddle",
-    "tensorflow": "tensorflow", "mlx": "mlx.core", "pyarrow": "pyarrow",
-    "array_api_strict": "array_api_strict", "tvm_ffi": "tvm_ffi", "tensorbridge": "tensorbridge",
-}
+from tensorbridge._cli.probes import probe
+from tensorbridge._frameworks import names
+
+#: Every bridge target of the registry, in its order, but those that need a GPU (cupy:
+#: tests/test_frameworks.py checks its plans against a fake module).
+NAMES = names(gpu=False)
 
 
 def need(name: str) -> Any:
-    """Import a framework or skip (CI installs them all, so they really run there)."""
-    module = pytest.importorskip(MODULES[name])
+    """Import a framework and set it up as the matrix does (JAX: 64-bit types), or skip
+    (CI installs them all, so they really run there)."""
+    module = framework(name)
+    probe(name).prepare()
     if name == "jax":
-        module.config.update("jax_enable_x64", True)
-        import jax.dlpack  # noqa: F401
+        import jax.dlpack  # noqa: F401  (read as need("jax").dlpack)
     return module
 
 
@@ -37,28 +33,47 @@ def values(name: str, obj: Any) -> list[Any]:
     elif name == "torch":
         import torch
 
-        array = obj.detach().to(torch.bool if obj.dtype == torch.bool else torch.complex128
-                                if obj.is_complex() else torch.float64).numpy()
+        array = (
+            obj.detach()
+            .to(
+                torch.bool
+                if obj.dtype == torch.bool
+                else torch.complex128
+                if obj.is_complex()
+                else torch.float64
+            )
+            .numpy()
+        )
     elif name == "jax":
         import jax.numpy as jnp
 
-        array = np.asarray(obj if obj.dtype in (jnp.bool_, jnp.complex64, jnp.complex128)
-                           else obj.astype(jnp.float64))
+        array = np.asarray(
+            obj
+            if obj.dtype in (jnp.bool_, jnp.complex64, jnp.complex128)
+            else obj.astype(jnp.float64)
+        )
     elif name == "paddle":
         # .numpy() as users read it (astype first only for types NumPy lacks).
-        special = str(obj.dtype) in ("paddle.bfloat16", "paddle.float8_e4m3fn",
-                                     "paddle.float8_e5m2")
+        special = str(obj.dtype) in (
+            "paddle.bfloat16",
+            "paddle.float8_e4m3fn",
+            "paddle.float8_e5m2",
+        )
         array = obj.astype("float64").numpy() if special else obj.numpy()
     elif name == "tensorflow":
         import tensorflow as tf
 
-        array = obj.numpy() if obj.dtype in (tf.bool, tf.complex64, tf.complex128) \
+        array = (
+            obj.numpy()
+            if obj.dtype in (tf.bool, tf.complex64, tf.complex128)
             else tf.cast(obj, tf.float64).numpy()
+        )
     elif name == "mlx":
         import mlx.core as mx
 
-        array = np.array(obj if obj.dtype in (mx.bool_, mx.complex64, mx.float64)
-                         else obj.astype(mx.float32))
+        array = np.array(
+            obj if obj.dtype in (mx.bool_, mx.complex64, mx.float64) else obj.astype(mx.float32)
+        )
     elif name == "pyarrow":
         array = np.asarray(obj.to_pylist() if hasattr(obj, "to_pylist") else obj.to_numpy())
     elif name == "array_api_strict":
@@ -66,11 +81,17 @@ def values(name: str, obj: Any) -> list[Any]:
     elif name == "tvm_ffi":
         import tensorbridge as tb
 
-        array = np.asarray(tb.from_dlpack(obj).astype("float64")) \
-            if str(obj.dtype) not in ("bool",) else np.from_dlpack(obj)
+        array = (
+            np.asarray(tb.from_dlpack(obj).astype("float64"))
+            if str(obj.dtype) not in ("bool",)
+            else np.from_dlpack(obj)
+        )
     elif name == "tensorbridge":
-        array = obj.numpy() if obj.dtype.name in ("bool", "complex64", "complex128") \
+        array = (
+            obj.numpy()
+            if obj.dtype.name in ("bool", "complex64", "complex128")
             else obj.astype("float64").numpy()
+        )
     else:
         raise AssertionError(name)
     array = np.asarray(array)
@@ -87,11 +108,11 @@ def shape(name: str, obj: Any) -> tuple[int, ...]:
 
 def pointer(name: str, obj: Any) -> int | None:
     """Address of element 0 as the framework exports it (None if it cannot say)."""
-    from tensorbridge._core import _inspect_capsule
+    from tensorbridge._core import inspect_capsule
 
     for call in (lambda: obj.__dlpack__(max_version=(1, 3)), lambda: obj.__dlpack__()):
         try:
-            info = _inspect_capsule(call())
+            info = inspect_capsule(call())
         except Exception:
             continue
         return info["data"] + info["byte_offset"]
@@ -100,6 +121,7 @@ def pointer(name: str, obj: Any) -> int | None:
 
 def is_protected(name: str, obj: Any) -> bool:
     """True when writing into obj through its own API is impossible."""
+    # Pinned, not the registry's readonly facts: this is the oracle that checks them.
     if name in ("jax", "tensorflow", "pyarrow"):
         return True  # immutable arrays
     if name == "numpy":
@@ -113,7 +135,3 @@ def is_protected(name: str, obj: Any) -> bool:
             return True
         return False
     return False  # torch, paddle, mlx, tvm_ffi: always writable
-
-
-def loaded_frameworks() -> list[str]:
-    return [n for n in NAMES if MODULES[n].split(".")[0] in sys.modules]

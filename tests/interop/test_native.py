@@ -17,9 +17,11 @@ import warnings
 
 import numpy as np
 import pytest
+from needs import needs
 
 import tensorbridge as tb
-from tensorbridge._core import FLAG_READ_ONLY, _inspect_capsule
+from tensorbridge._cli.probes import probe
+from tensorbridge._core import FLAG_READ_ONLY, inspect_capsule
 from tensorbridge._frameworks import FRAMEWORKS
 
 from .frameworks import NAMES, is_protected, need, pointer, values
@@ -71,7 +73,7 @@ def _param(producer, consumer, case):
 
 def _flagged_read_only(source) -> bool:
     try:
-        info = _inspect_capsule(source.__dlpack__(max_version=(1, 3)))
+        info = inspect_capsule(source.__dlpack__(max_version=(1, 3)))
     except Exception:
         return False
     return bool((info["flags"] or 0) & FLAG_READ_ONLY)
@@ -79,7 +81,7 @@ def _flagged_read_only(source) -> bool:
 
 def _native_contract(producer, consumer, source, dtype, want):
     """Import natively; return the contract violations (empty when fine or refused)."""
-    C = FRAMEWORKS[consumer]
+    C = probe(consumer)
     try:
         with warnings.catch_warnings():
             # The peers' deprecation chatter must not turn into refusals here.
@@ -93,8 +95,10 @@ def _native_contract(producer, consumer, source, dtype, want):
         problems.append(f"dtype {dtype} became {got}")
     ptr = pointer(consumer, result)
     if consumer == "tensorflow" and ptr is not None and ptr % 64:
-        pytest.xfail("TensorFlow imports memory that is not 64-byte aligned and aborts on "
-                     "its first operation (this run's buffer was not aligned)")
+        pytest.xfail(
+            "TensorFlow imports memory that is not 64-byte aligned and aborts on "
+            "its first operation (this run's buffer was not aligned)"
+        )
     if not problems:
         try:
             with warnings.catch_warnings():
@@ -105,8 +109,11 @@ def _native_contract(producer, consumer, source, dtype, want):
         else:
             if got_values != want:
                 problems.append("wrong values")
-    if _flagged_read_only(source) and ptr == pointer(producer, source) \
-            and not is_protected(consumer, result):
+    if (
+        _flagged_read_only(source)
+        and ptr == pointer(producer, source)
+        and not is_protected(consumer, result)
+    ):
         problems.append("READ_ONLY memory became writable")
     return problems
 
@@ -124,7 +131,7 @@ DTYPE_CASES = [
 def test_native_dtypes(producer, consumer, dtype):
     need(producer)
     need(consumer)
-    source = FRAMEWORKS[producer].sample(VALUES, dtype)
+    source = probe(producer).sample(VALUES, dtype)
     wide = "bool" if dtype == "bool" else "complex128" if "complex" in dtype else "float64"
     want = tb.asarray(VALUES).astype(dtype).astype(wide).tolist()
     assert _native_contract(producer, consumer, source, dtype, want) == []
@@ -184,14 +191,16 @@ def test_native_layouts(producer, consumer, layout):
 
 def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
         timeout=300,
     )
 
 
+@needs("torch")
 @pytest.mark.xfail(strict=True, reason="torch.from_dlpack aborts the process on negative strides")
 def test_torch_native_negative_strides_survive():
-    pytest.importorskip("torch")
     result = _run(
         """
         import numpy as np, torch
@@ -202,9 +211,9 @@ def test_torch_native_negative_strides_survive():
     assert result.returncode == 0, result.stderr[-500:]
 
 
+@needs("tensorflow")
 @pytest.mark.xfail(strict=True, reason="TensorFlow aborts on imported memory not 64-byte aligned")
 def test_tensorflow_native_unaligned_memory_survives():
-    pytest.importorskip("tensorflow")
     result = _run(
         """
         import tensorflow as tf, tensorbridge as tb
@@ -216,30 +225,38 @@ def test_tensorflow_native_unaligned_memory_survives():
     assert result.returncode == 0, result.stderr[-500:]
 
 
-@pytest.mark.xfail(strict=True, reason="Paddle deadlocks releasing a Paddle import of a "
-                   "DLPack-backed Paddle tensor")
+@needs("paddle")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Paddle deadlocks releasing a Paddle import of a DLPack-backed Paddle tensor",
+)
 def test_paddle_native_chain_survives():
-    pytest.importorskip("paddle")
     try:
         result = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(
-                """
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(
+                    """
                 import numpy as np, paddle
                 x = paddle.utils.dlpack.from_dlpack(np.arange(2.0))
                 y = paddle.utils.dlpack.from_dlpack(x)
                 del x
                 del y
-                """)],
-            capture_output=True, text=True, timeout=30,
+                """
+                ),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except subprocess.TimeoutExpired:
         raise AssertionError("the process hung") from None
     assert result.returncode == 0
 
 
+@needs("torch", "tensorflow")
 def test_tensorbridge_handles_what_crashes_the_peers():
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
     result = _run(
         """
         import numpy as np, tensorflow as tf, tensorbridge as tb

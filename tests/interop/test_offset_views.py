@@ -14,8 +14,6 @@ out of that layout (``EXCLUDED``, with the reason), not marked xfail.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 
 import numpy as np
@@ -23,27 +21,11 @@ import pytest
 
 import tensorbridge as tb
 from tensorbridge import _testing
-from tensorbridge._core import _inspect_capsule
+from tensorbridge._core import inspect_capsule
 
-from .frameworks import need
+from .frameworks import NAMES, need
 
 pytestmark = pytest.mark.interop
-
-
-def _paddle_before_tensorflow() -> None:
-    """PaddlePaddle crashes when imported after TensorFlow: load it at collection,
-    before any test can import TensorFlow (tests/conftest.py does the same)."""
-    if "paddle" in sys.modules or importlib.util.find_spec("paddle") is None:
-        return
-    if "tensorflow" in sys.modules:
-        pytest.fail("tensorflow was imported before paddle; importing paddle now would "
-                    "crash the process", pytrace=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Paddle's import-time chatter
-        import paddle  # noqa: F401
-
-
-_paddle_before_tensorflow()
 
 #: Each layout, applied alike to a (4, 16) float32 grid (rows of 64 bytes) and to
 #: a flat run of 64 float32, of tensorbridge and of NumPy.
@@ -68,24 +50,25 @@ def _excluded(consumer, layouts, reason):
 
 #: (consumer, layout): why the consumer cannot take that layout whatever the offset.
 EXCLUDED = {
-    **_excluded("pyarrow", set(LAYOUTS) - {"flat t[16:]"},
-                "pa.Array.from_dlpack takes contiguous 1-d tensors only"),
-    **_excluded("jax", NON_COMPACT,
-                "JAX imports only compact layouts (row-major or permuted)"),
+    **_excluded(
+        "pyarrow",
+        set(LAYOUTS) - {"flat t[16:]"},
+        "pa.Array.from_dlpack takes contiguous 1-d tensors only",
+    ),
+    **_excluded("jax", NON_COMPACT, "JAX imports only compact layouts (row-major or permuted)"),
     # Also keeps TensorFlow off memory that is not 64-byte aligned, which aborts it.
     **_excluded("tensorflow", NON_COMPACT, "TensorFlow takes C-contiguous layouts only"),
     ("mlx", "reversed slice"): "MLX refuses negative strides",
     ("torch", "reversed slice"): "torch.from_dlpack aborts the process on negative strides",
-    ("torch capsule", "reversed slice"): "torch.from_dlpack aborts the process on "
-                                         "negative strides",
+    ("torch capsule", "reversed slice"): "torch.from_dlpack aborts the process on negative strides",
 }
 
 #: (consumer, layout): a peer's own bug, seen with NumPy's arrays too.
 PEER_BUGS = {
     ("paddle", "reversed slice"): "Paddle mangles negative strides (MemoryError or "
-                                  "wrong values), NumPy's arrays too",
+    "wrong values), NumPy's arrays too",
     ("paddle capsule", "reversed slice"): "Paddle mangles negative strides (MemoryError or "
-                                          "wrong values), NumPy's arrays too",
+    "wrong values), NumPy's arrays too",
 }
 
 
@@ -119,9 +102,14 @@ def _read(consumer, view):
     raise AssertionError(consumer)
 
 
+#: Frameworks whose users also hand them a raw capsule (a second consumer each).
+CAPSULE_CONSUMERS = ("torch", "paddle")
+#: Every framework but tensorbridge (the producer here), in the registry's order.
 CONSUMERS = [
-    "numpy", "torch", "torch capsule", "jax", "paddle", "paddle capsule", "tensorflow",
-    "mlx", "pyarrow", "array_api_strict", "tvm_ffi",
+    consumer
+    for name in NAMES
+    if name != "tensorbridge"
+    for consumer in ((name, f"{name} capsule") if name in CAPSULE_CONSUMERS else (name,))
 ]
 
 
@@ -140,10 +128,12 @@ CASES = [
 
 
 def _views(layout):
-    ours = LAYOUTS[layout](tb.arange(64, dtype="float32").reshape(4, 16),
-                           tb.arange(64, dtype="float32"))
-    want = LAYOUTS[layout](np.arange(64, dtype=np.float32).reshape(4, 16),
-                           np.arange(64, dtype=np.float32))
+    ours = LAYOUTS[layout](
+        tb.arange(64, dtype="float32").reshape(4, 16), tb.arange(64, dtype="float32")
+    )
+    want = LAYOUTS[layout](
+        np.arange(64, dtype=np.float32).reshape(4, 16), np.arange(64, dtype=np.float32)
+    )
     return ours, np.asarray(want)
 
 
@@ -158,11 +148,10 @@ def test_consumer_reads_the_view_not_its_owner(consumer, layout):
 
 
 EXPORTS = {
-    "__dlpack__(max_version=(1, 3))": lambda v: _inspect_capsule(
-        v.__dlpack__(max_version=(1, 3))),
-    "__dlpack__()": lambda v: _inspect_capsule(v.__dlpack__()),
-    "to_dlpack": lambda v: _inspect_capsule(tb.to_dlpack(v)),
-    "exchange table managed tensor": lambda v: _inspect_capsule(_testing.table_from_py(v)),
+    "__dlpack__(max_version=(1, 3))": lambda v: inspect_capsule(v.__dlpack__(max_version=(1, 3))),
+    "__dlpack__()": lambda v: inspect_capsule(v.__dlpack__()),
+    "to_dlpack": lambda v: inspect_capsule(tb.to_dlpack(v)),
+    "exchange table managed tensor": lambda v: inspect_capsule(_testing.table_from_py(v)),
     "exchange table DLTensor": _testing.table_dltensor,
 }
 

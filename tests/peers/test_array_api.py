@@ -18,18 +18,40 @@ import itertools
 
 import numpy as np
 import pytest
+from needs import framework
 from producers import Producer, capsule_of, fake_device_producer
 
 import tensorbridge as tb
-from tensorbridge._core import FLAG_IS_COPIED, _inspect_capsule
+from tensorbridge._core import FLAG_IS_COPIED, inspect_capsule
 
 # The device types __dlpack_device__'s documentation lists as valid.
 STANDARD_DEVICE_TYPES = {1, 2, 3, 4, 7, 8, 9, 10, 13, 14}
 ALL_DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128", "bfloat16",
-    "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
-    "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bfloat16",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
     "float4_e2m1fn",
 ]
 # hh.shapes(min_dims=1, max_side=2)
@@ -37,7 +59,7 @@ SHAPES = [(0,), (1,), (2,), (2, 0), (1, 2), (2, 2), (2, 1, 2)]
 
 
 def _strict():
-    return pytest.importorskip("array_api_strict")
+    return framework("array_api_strict")
 
 
 def _ptr(capsule_info):
@@ -58,8 +80,21 @@ def test_dlpack_device_is_a_standard_pair(dtype):
     assert int(device_type) in STANDARD_DEVICE_TYPES and isinstance(device_id, int)
 
     xp = _strict()
-    if dtype in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                 "uint64", "float32", "float64", "complex64", "complex128"):
+    if dtype in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    ):
         info = xp.__array_namespace_info__()
         for device in info.devices():
             if dtype not in info.dtypes(device=device):
@@ -100,9 +135,12 @@ def test_dunder_dlpack_takes_every_keyword_combination(dtype, shape):
     sets IS_COPIED; copy None/False share and do not set it; the device is the CPU."""
     t = tb.zeros(shape, dtype=dtype)
     for copy, max_version, dl_device in itertools.product(COPIES, MAX_VERSIONS, DL_DEVICES):
-        kwargs = {k: v for k, v in (("copy", copy), ("max_version", max_version),
-                                    ("dl_device", dl_device)) if v is not ABSENT}
-        info = _inspect_capsule(t.__dlpack__(**kwargs))
+        kwargs = {
+            k: v
+            for k, v in (("copy", copy), ("max_version", max_version), ("dl_device", dl_device))
+            if v is not ABSENT
+        }
+        info = inspect_capsule(t.__dlpack__(**kwargs))
         versioned = max_version is not ABSENT and max_version[0] >= 1
         assert info["name"] == ("dltensor_versioned" if versioned else "dltensor"), kwargs
         assert info["device"] == (1, 0) and info["shape"] == shape, kwargs
@@ -187,7 +225,7 @@ def test_dl_device_cpu_export_takes_no_stream():
     t = tb.from_dlpack(capsule)
     for stream in (None, -1):
         capsule = t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), stream=stream)
-        assert _inspect_capsule(capsule)["device"] == (1, 0)
+        assert inspect_capsule(capsule)["device"] == (1, 0)
     for stream in (1, 5):
         with pytest.raises(BufferError, match=f"stream={stream}"):
             t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), stream=stream)

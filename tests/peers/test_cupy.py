@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from needs import framework
 from producers import capsule_of
 
 import tensorbridge as tb
 from tensorbridge import _testing
-from tensorbridge._core import FLAG_IS_COPIED, _inspect_capsule
+from tensorbridge._core import FLAG_IS_COPIED, inspect_capsule
 
 CUDA = (2, 0)
 MANAGED = (13, 0)
@@ -40,8 +41,21 @@ def _settle():
 # Every dtype CuPy's for_all_dtypes(no_bool=False) covers, plus bfloat16
 # (test_conversion_bfloat16).
 DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128", "bfloat16",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bfloat16",
 ]
 
 
@@ -49,7 +63,7 @@ def _host_sample(name: str, shape=(2, 3)) -> np.ndarray:
     """Values in the spirit of CuPy's _gen_array (random, per kind), reproducible."""
     rng = np.random.default_rng(sum(map(ord, name)))
     if name == "bfloat16":
-        ml_dtypes = pytest.importorskip("ml_dtypes")
+        ml_dtypes = framework("ml_dtypes")
         return rng.random(shape).astype(ml_dtypes.bfloat16)
     dtype = np.dtype(name)
     if dtype.kind == "b":
@@ -70,7 +84,7 @@ def _dl_dtype(name: str) -> tuple[int, int, int]:
 
 def device_tensor(name="float32", shape=(2, 3), device=CUDA):
     """A Tensor of (fake) CUDA/ROCm device memory, and the counter of its producer."""
-    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     capsule, counter = _testing.make_capsule(
         FAKE_ADDRESS, shape=shape, strides=strides, dtype=_dl_dtype(name), device=device
     )
@@ -200,7 +214,7 @@ def test_device_request_for_the_producers_own_device():
 def test_copy_true_of_device_memory_is_a_buffer_error_in_both_roles():
     """Mirrors TestNewDLPackConversion::test_from_dlpack_and_conv_errors, second half:
     a device producer that can copy only to the host refuses copy=True with
-    BufferError, and the consumer lets that BufferError through (issue 10: as a
+    BufferError, and the consumer lets that BufferError through (as a
     ProducerError that is still a BufferError, naming the producer and the call,
     caused by the producer's own exception)."""
     t, _ = device_tensor()
@@ -233,7 +247,7 @@ def test_max_version_picks_the_capsule(kwargs, versioned):
     name = "dltensor_versioned" if versioned else "dltensor"
     assert _testing.capsule_name(capsule) == name
     if versioned:
-        assert _inspect_capsule(capsule)["version"] == (1, 3)
+        assert inspect_capsule(capsule)["version"] == (1, 3)
     # cupy.from_dlpack passes its current stream; so does this call (the null
     # stream, as 1), which also keeps this test independent of the first-import
     # case that test_dummy_of_device_memory_on_first_import covers.
@@ -248,7 +262,7 @@ def test_dl_device_equal_to_the_tensors_own_device(device):
     tensor's own device is supported, and the consumer shares the result."""
     t, _ = device_tensor(device=device)
     capsule = t.__dlpack__(max_version=(1, 3), dl_device=t.__dlpack_device__())
-    info = _inspect_capsule(capsule)
+    info = inspect_capsule(capsule)
     assert info["device"] == device and info["data"] == FAKE_ADDRESS
     out = tb.from_dlpack(Dummy(capsule, device), stream=-1)
     assert out.data_ptr() == t.data_ptr() and out.device == t.device
@@ -281,7 +295,7 @@ def test_dl_device_cpu_of_managed_memory():
     assert np.may_share_memory(arr1, arr2) and np.may_share_memory(arr1, host)
 
     capsule = t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=True)
-    info = _inspect_capsule(capsule)
+    info = inspect_capsule(capsule)
     assert info["device"] == (1, 0) and info["flags"] & FLAG_IS_COPIED
     arr_copy = np.from_dlpack(Dummy(capsule, (1, 0)))
     assert not np.may_share_memory(arr_copy, arr1)
@@ -421,7 +435,7 @@ def test_second_consumption_is_refused():
 
 
 # --------------------------------------------------------------------------
-# DLDummy-style producers (issue 10: odd producers)
+# DLDummy-style producers (odd producers)
 # --------------------------------------------------------------------------
 
 
@@ -433,8 +447,11 @@ def test_dummy_that_ignores_copy_true_is_not_taken_for_a_copy():
     "copy" that shares), and the shared import is released."""
     host = _host_sample("float32")
     capsule, counter = capsule_of(host, device=MANAGED)
-    with pytest.raises(BufferError, match=r"copy=True on cuda_managed:0, but "
-                                          r".*Dummy did not mark its export as a copy"):
+    with pytest.raises(
+        BufferError,
+        match=r"copy=True on cuda_managed:0, but "
+        r".*Dummy did not mark its export as a copy",
+    ):
         tb.from_dlpack(Dummy(capsule, MANAGED), copy=True)
     _settle()
     assert counter.calls == 1
@@ -459,9 +476,7 @@ def test_dummy_of_device_memory_on_first_import():
 def test_dummy_whose_capsule_is_on_another_device_is_refused():
     """DLDummy states a device of the caller's choosing: a capsule on another device
     than __dlpack_device__ said is refused with BufferError naming both."""
-    capsule, counter = _testing.make_capsule(
-        FAKE_ADDRESS, shape=(4,), strides=(1,), device=(2, 1)
-    )
+    capsule, counter = _testing.make_capsule(FAKE_ADDRESS, shape=(4,), strides=(1,), device=(2, 1))
     with pytest.raises(BufferError, match=r"cuda:0.*cuda:1|cuda:1.*cuda:0"):
         tb.from_dlpack(Dummy(capsule, CUDA), stream=1)
     del capsule

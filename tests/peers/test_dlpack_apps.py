@@ -51,8 +51,9 @@ def _api(restype, name, *argtypes):
 
 
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_new_capsule = _api(ctypes.py_object, "PyCapsule_New", ctypes.c_void_p, ctypes.c_void_p,
-                    _DESTRUCTOR)
+_new_capsule = _api(
+    ctypes.py_object, "PyCapsule_New", ctypes.c_void_p, ctypes.c_void_p, _DESTRUCTOR
+)
 _is_valid = _api(ctypes.c_int, "PyCapsule_IsValid", ctypes.py_object, ctypes.c_char_p)
 _pointer = _api(ctypes.c_void_p, "PyCapsule_GetPointer", ctypes.py_object, ctypes.c_char_p)
 # In a capsule destructor the capsule is dying: take it as a raw address, never
@@ -142,8 +143,21 @@ def consume(capsule):
 
 
 # The app's dtype table (its consumer reads these type codes only).
-APP_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-              "float16", "float32", "float64", "complex64", "complex128"]
+APP_DTYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 def _random(shape, name, seed=0):
@@ -250,16 +264,14 @@ def test_to_from_numpy_memory():
 
 
 # --------------------------------------------------------------------------
-# The app's consumer ignores byte_offset: tensorbridge folds it on export (issue 10)
+# The app's consumer ignores byte_offset: tensorbridge folds it on export
 # --------------------------------------------------------------------------
 
 
 def _offset_import(values, skip):
     """A Tensor imported from a capsule whose byte_offset skips `skip` elements."""
     data = np.ascontiguousarray(values)
-    capsule, export = produce(
-        data[skip:], data=data.ctypes.data, byte_offset=skip * data.itemsize
-    )
+    capsule, export = produce(data[skip:], data=data.ctypes.data, byte_offset=skip * data.itemsize)
     return tb.from_dlpack(capsule), export
 
 
@@ -292,7 +304,7 @@ def test_byte_offset_is_folded_for_a_consumer_that_ignores_it(export_call):
 
 def test_one_bit_uint_from_the_app_producer_is_refused_untouched():
     """The app's from_numpy maps bool to (kDLUInt, bits=1, lanes=1), which is no
-    DLPack dtype (kDLBool is (6, 8)). Validate, then own (issue 10): the capsule is
+    DLPack dtype (kDLBool is (6, 8)). Validate, then own: the capsule is
     refused with BufferError, its name is unchanged, the deleter is not called,
     and the capsule's own destructor frees it later; through from_dlpack and
     asarray."""

@@ -13,24 +13,37 @@ tests/peers/COVERAGE.md, which maps every peer check to the test that covers it)
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from needs import framework, needs
 
 import tensorbridge as tb
 
-jax = pytest.importorskip("jax")
-jax_dlpack = pytest.importorskip("jax.dlpack")
-jnp = pytest.importorskip("jax.numpy")
+jax = framework("jax")
+jax_dlpack = framework("jax.dlpack")
+jnp = framework("jax.numpy")
 
 # The dtypes jax.dlpack supports (jax._src.dlpack.SUPPORTED_DTYPES_SET).
 JAX_DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
 NUMPY_DTYPES = [d for d in JAX_DTYPES if d != "bfloat16"]
 # The peer's all_shapes: 0-d, non-empty, size-1 dimensions, empty.
@@ -69,7 +82,7 @@ def _placed(array, alignment):
     raw = np.empty(array.nbytes + 4 * alignment, dtype=np.uint8)
     address = raw.__array_interface__["data"][0]
     start = (-address) % (2 * alignment) + alignment  # a multiple of 2*alignment, plus one step
-    placed = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    placed = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
     placed[...] = array
     if array.size:  # (an empty slice may point anywhere)
         assert placed.__array_interface__["data"][0] % (2 * alignment) == alignment
@@ -276,14 +289,14 @@ print("\\n".join(problems) if problems else "ok")
 """
 
 
+@needs("tensorflow")
 def test_tensorflow_both_ways():
     """Mirrors testTensorFlowToJax, testJaxToTensorFlow (every shape and dtype),
     testTensorFlowToJaxInt64, testTensorFlowToJaxNondefaultLayout and Bfloat16Test,
     with tensorbridge in JAX's place."""
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
     code = textwrap.dedent(_TENSORFLOW_SWEEP).format(dtypes=JAX_DTYPES, shapes=SHAPES)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1:] == ["ok"], result.stdout[-3000:]

@@ -18,11 +18,23 @@ import numpy as np
 import pytest
 
 import tensorbridge as tb
-from tensorbridge._core import FLAG_IS_COPIED, FLAG_READ_ONLY, _inspect_capsule
+from tensorbridge._core import FLAG_IS_COPIED, FLAG_READ_ONLY, inspect_capsule
 
 NUMPY_DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
 
 
@@ -65,8 +77,12 @@ def _read_only(array):
 
 @pytest.mark.parametrize(
     ("max_version", "name"),
-    [((0, 0), "dltensor"), (None, "dltensor"), ((1, 0), "dltensor_versioned"),
-     ((100, 3), "dltensor_versioned")],
+    [
+        ((0, 0), "dltensor"),
+        (None, "dltensor"),
+        ((1, 0), "dltensor_versioned"),
+        ((100, 3), "dltensor_versioned"),
+    ],
 )
 def test_an_unconsumed_capsule_holds_one_reference(max_version, name):
     """Mirrors TestDLPack.test_dunder_dlpack_refcount: whatever max_version asks for
@@ -74,7 +90,7 @@ def test_an_unconsumed_capsule_holds_one_reference(max_version, name):
     reference to the exporting tensor and drops it when it dies."""
     t = tb.arange(5)
     capsule = t.__dlpack__(max_version=max_version)
-    assert _inspect_capsule(capsule)["name"] == name
+    assert inspect_capsule(capsule)["name"] == name
     held = sys.getrefcount(t)
     del capsule
     assert held - sys.getrefcount(t) == 1
@@ -85,7 +101,7 @@ def test_an_unconsumed_capsule_of_a_read_only_0d_tensor_holds_one_reference():
     as NumPy scalars are, exported as a versioned capsule)."""
     t = tb.from_dlpack(_read_only(2.0))
     capsule = t.__dlpack__(max_version=(1, 0))
-    assert _inspect_capsule(capsule)["flags"] == FLAG_READ_ONLY
+    assert inspect_capsule(capsule)["flags"] == FLAG_READ_ONLY
     held = sys.getrefcount(t)
     del capsule
     assert held - sys.getrefcount(t) == 1
@@ -164,8 +180,11 @@ def test_strides_that_are_not_whole_elements_are_refused(via):
 @pytest.mark.parametrize("via", ["from_dlpack", "asarray"])
 @pytest.mark.parametrize(
     "make",
-    [lambda: np.asarray(np.datetime64("2021-05-27")), lambda: np.array(["12", "23"]),
-     lambda: np.array([b"a"], dtype="S1")],
+    [
+        lambda: np.asarray(np.datetime64("2021-05-27")),
+        lambda: np.array(["12", "23"]),
+        lambda: np.array([b"a"], dtype="S1"),
+    ],
     ids=["datetime64", "str", "bytes"],
 )
 def test_dtypes_without_a_dlpack_code_are_refused(make, via):
@@ -227,8 +246,9 @@ def test_many_dimensions_both_ways(ndim):
 def test_size_one_dimensions_with_odd_strides_both_ways():
     """Mirrors TestDLPack.test_size1dims_arrays: a size-1 dimension whose byte
     stride is not a whole float64 (it never moves, so it does not matter)."""
-    x = np.ndarray(shape=(10, 5, 1), dtype="f8", buffer=np.arange(1000, dtype=np.uint8),
-                   strides=(8, 80, 4))
+    x = np.ndarray(
+        shape=(10, 5, 1), dtype="f8", buffer=np.arange(1000, dtype=np.uint8), strides=(8, 80, 4)
+    )
     for t in (tb.from_dlpack(x), tb.asarray(x)):
         assert t.shape == (10, 5, 1)
         assert t.data_ptr() == x.ctypes.data
@@ -302,9 +322,9 @@ def test_read_only_0d_tensor_exports_a_legacy_capsule_only_as_a_copy():
     for max_version in ((0, 0), None):
         with pytest.raises(BufferError, match="cannot export a read-only tensor as a legacy"):
             t.__dlpack__(max_version=max_version, copy=False)
-        info = _inspect_capsule(t.__dlpack__(max_version=max_version, copy=True))
+        info = inspect_capsule(t.__dlpack__(max_version=max_version, copy=True))
         assert info["name"] == "dltensor" and info["data"] != t.data_ptr()
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 0), copy=True))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 0), copy=True))
     assert info["flags"] == FLAG_IS_COPIED
 
 
@@ -319,7 +339,7 @@ def test_device_requests_both_ways():
     NumPy's CPU array cannot be exported to (BufferError); a name that is no
     device at all is a ValueError here too."""
     t = tb.arange(5)
-    assert _inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))["device"] == (1, 0)
+    assert inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))["device"] == (1, 0)
     with pytest.raises(BufferError, match="dl_device=rocm:0"):
         t.__dlpack__(max_version=(1, 3), dl_device=(10, 0))
     assert np.from_dlpack(t, device="cpu").tolist() == t.tolist()
@@ -334,6 +354,6 @@ def test_device_requests_both_ways():
 
     zero_d = tb.from_dlpack(_read_only(2.0))
     capsule = zero_d.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
-    assert _inspect_capsule(capsule)["device"] == (1, 0)
+    assert inspect_capsule(capsule)["device"] == (1, 0)
     with pytest.raises(BufferError, match="dl_device=rocm:0"):
         zero_d.__dlpack__(max_version=(1, 0), dl_device=(10, 0))

@@ -10,7 +10,7 @@ capsules). Paddle checks that are already asked of tensorbridge elsewhere are
 pointed to, not repeated:
 
 - ``test_to_dlpack_versioned`` (capsule names for each ``max_version``):
-  tests/test_produce.py::test_max_version_chooses_the_capsule_kind.
+  tests/core/test_capsules_export.py::test_max_version_chooses_the_capsule_kind.
 - the dtype x pair matrix with 1-d data: tests/interop/test_native.py.
 
 Not mirrored: the CUDA / pinned / XPU halves of the device and copy tests and the
@@ -29,19 +29,32 @@ import weakref
 
 import numpy as np
 import pytest
+from needs import framework, needs
 
 import tensorbridge as tb
 from tensorbridge import _testing
-from tensorbridge._core import _inspect_capsule
+from tensorbridge._core import inspect_capsule
 
-paddle = pytest.importorskip("paddle")
+paddle = framework("paddle")
 
 #: The dtypes Paddle and tensorbridge share (Paddle's test lists all but the
 #: float8 types in test_dlpack_dtype_and_place_consistency, and those in
 #: test_dlpack_low_precision; bfloat16 it tests on GPU builds only).
 DTYPES = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
-    "complex64", "complex128", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
 ]
 
 #: Small integers: exact in every dtype above, float8 included.
@@ -271,13 +284,14 @@ def test_static_mode_dense_tensors_both_ways():
     want = [[1], [2], [3], [4]]
     paddle.enable_static()
     try:
-        dense = base.create_lod_tensor(np.array(want, dtype=np.int64), [[1, 3]],
-                                       base.CPUPlace())
+        dense = base.create_lod_tensor(np.array(want, dtype=np.int64), [[1, 3]], base.CPUPlace())
         t = tb.from_dlpack(paddle.utils.dlpack.to_dlpack(dense))
         assert t.dtype == "int64" and t.tolist() == want
         src = tb.asarray(want)
-        for y in (paddle.utils.dlpack.from_dlpack(src),
-                  paddle.utils.dlpack.from_dlpack(tb.to_dlpack(src))):
+        for y in (
+            paddle.utils.dlpack.from_dlpack(src),
+            paddle.utils.dlpack.from_dlpack(tb.to_dlpack(src)),
+        ):
             assert isinstance(y, base.core.DenseTensor)
             assert np.array(y).tolist() == want
     finally:
@@ -298,15 +312,19 @@ def test_paddle_reads_each_capsule_kind_we_export(max_version):
 
 @pytest.mark.parametrize(
     ("max_version", "name"),
-    [(None, "dltensor"), ((0, 8), "dltensor"), ((1, 0), "dltensor_versioned"),
-     ((1, 1), "dltensor_versioned")],
+    [
+        (None, "dltensor"),
+        ((0, 8), "dltensor"),
+        ((1, 0), "dltensor_versioned"),
+        ((1, 1), "dltensor_versioned"),
+    ],
 )
 def test_we_read_each_capsule_kind_paddle_exports(max_version, name):
     # Paddle: TestVersioned.test_to_dlpack_versioned and test_from_dlpack_versioned,
     # tensorbridge consuming Paddle's capsules.
     x = paddle.to_tensor([1, 2, 3])
     capsule = x.__dlpack__(max_version=max_version)
-    assert _inspect_capsule(capsule)["name"] == name
+    assert inspect_capsule(capsule)["name"] == name
     t = tb.from_dlpack(capsule)
     assert _testing.capsule_name(capsule) == f"used_{name}"
     assert t.data_ptr() == x.data_ptr()
@@ -321,8 +339,7 @@ def test_dl_device_cpu_and_copy_in_our_export(copy):
     # Paddle: TestCopySemanticDLPackProtocol.test_dlpack_same_place_cpu,
     # _cpu_force_copy and _cpu_disallow_copy.
     src = tb.asarray([1, 2, 3])
-    capsule = src.__dlpack__(max_version=(1, 3), dl_device=(tb.DLDeviceType.kDLCPU, 0),
-                             copy=copy)
+    capsule = src.__dlpack__(max_version=(1, 3), dl_device=(tb.DLDeviceType.kDLCPU, 0), copy=copy)
     y = paddle.from_dlpack(capsule)
     assert (y.data_ptr() == src.data_ptr()) is (copy is not True)
     assert y.tolist() == [1, 2, 3]
@@ -333,8 +350,11 @@ def test_our_export_to_another_device_is_refused(copy):
     # Paddle: test_dlpack_cross_device_cpu_to_cuda_disallow_copy (BufferError);
     # tensorbridge moves no data between devices, so it refuses with copy=None too.
     src = tb.asarray([1, 2, 3])
-    with pytest.raises(BufferError, match=r"__dlpack__\(\): cannot export cpu memory to "
-                                          r"dl_device=cuda:0"):
+    with pytest.raises(
+        BufferError,
+        match=r"__dlpack__\(\): cannot export cpu memory to "
+        r"dl_device=cuda:0",
+    ):
         src.__dlpack__(max_version=(1, 3), dl_device=(tb.DLDeviceType.kDLCUDA, 0), copy=copy)
 
 
@@ -367,13 +387,19 @@ def test_we_refuse_a_move_without_a_copy():
     x = paddle.to_tensor([1.0, 2.0, 3.0])
     # Refused before Paddle is asked: both a BufferError and a ValueError (the
     # standard's copy= and device= texts disagree).
-    with pytest.raises(BufferError, match=r"from_dlpack\(\): copy=False, but moving "
-                                          r"paddle\.Tensor's cpu data to cuda:0 needs a copy"):
+    with pytest.raises(
+        BufferError,
+        match=r"from_dlpack\(\): copy=False, but moving "
+        r"paddle\.Tensor's cpu data to cuda:0 needs a copy",
+    ):
         tb.from_dlpack(x, device="cuda", copy=False)
     with pytest.raises(ValueError, match="needs a copy"):
         tb.from_dlpack(x, device="cuda", copy=False)
-    with pytest.raises(ValueError, match=r"asarray\(\): copy=False, but moving cpu data to "
-                                         r"cuda:0 needs a copy"):
+    with pytest.raises(
+        ValueError,
+        match=r"asarray\(\): copy=False, but moving cpu data to "
+        r"cuda:0 needs a copy",
+    ):
         tb.asarray(x, device="cuda", copy=False)
 
 
@@ -391,10 +417,10 @@ def test_we_read_paddle_capsules_made_for_the_cpu(copy):
 # -- import order -----------------------------------------------------------------------
 
 
+@needs("tensorflow")
 def test_tensorbridge_refuses_to_import_paddle_after_tensorflow():
     # Not a Paddle check: the crash this module works around. tensorbridge must
     # raise ImportOrderError (an ImportError naming both and the fix) instead.
-    pytest.importorskip("tensorflow")
     import subprocess
     import textwrap
 
@@ -413,8 +439,9 @@ def test_tensorbridge_refuses_to_import_paddle_after_tensorflow():
             sys.exit("convert imported paddle after tensorflow")
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-1000:]
     message = result.stdout.strip().splitlines()[-1]
     assert "paddle" in message.lower() and "tensorflow" in message.lower()

@@ -12,7 +12,7 @@ the array interface v3 or the buffer protocol in a ``DLPackObject`` whose
 - Consumer role: ``tb.from_dlpack`` reads pydlpack's objects, wrapping NumPy arrays,
   Tensors and plain buffers (test_asdlpack_function, test_asdlpack_buffer).
 - pydlpack 0.2.1 puts a versioned struct in a capsule named ``dltensor``: it must
-  be refused without being touched (issue 10), in a subprocess as it may crash.
+  be refused without being touched, in a subprocess as it may crash.
 
 See COVERAGE-B.md for the check-by-check table.
 """
@@ -28,17 +28,31 @@ import textwrap
 
 import numpy as np
 import pytest
+from needs import framework
 
 import tensorbridge as tb
 from tensorbridge import _testing
 
-dlpack = pytest.importorskip("dlpack")
+dlpack = framework("dlpack")
 if not hasattr(dlpack, "asdlpack"):  # another distribution using the name
     pytest.skip("the dlpack module here is not pydlpack", allow_module_level=True)
 
 DTYPES = [
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "bfloat16", "float16", "float32", "float64", "complex64", "complex128", "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bfloat16",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bool",
 ]
 PROTOCOLS = ["dlpack", "array_interface_v3", "buffer"]
 LABELS = {"i": "DLInt", "u": "DLUInt", "f": "DLFloat", "c": "DLComplex", "b": "DLBool"}
@@ -56,7 +70,7 @@ def _host(shape, name):
     """1, 2, 3, ... in the dtype (complex: minus 1j times that), as the peer samples."""
     values = np.arange(1, int(np.prod(shape)) + 1).reshape(shape)
     if name == "bfloat16":
-        ml_dtypes = pytest.importorskip("ml_dtypes")
+        ml_dtypes = framework("ml_dtypes")
         return values.astype(ml_dtypes.bfloat16)
     values = values.astype(name)
     if values.dtype.kind == "c":
@@ -80,8 +94,12 @@ def _offset_tensor(name):
     host = _host((6,), name)
     dtype = getattr(tb, name)
     capsule, _ = _testing.make_capsule(
-        host.ctypes.data, shape=(4,), strides=(1,), dtype=(dtype.code, dtype.bits, 1),
-        byte_offset=2 * host.itemsize, owner=host,
+        host.ctypes.data,
+        shape=(4,),
+        strides=(1,),
+        dtype=(dtype.code, dtype.bits, 1),
+        byte_offset=2 * host.itemsize,
+        owner=host,
     )
     return tb.from_dlpack(capsule)
 
@@ -206,8 +224,16 @@ def test_asdlpack_function(source, protocol):
         _same_values(a2, a)
         assert a1.data_ptr() == a2.data_ptr()
 
-    scenarios = [simple, simple_del_dl, simple_del_array, local_dl, local_array_and_dl,
-                 local_array, unused, multiple_use]
+    scenarios = [
+        simple,
+        simple_del_dl,
+        simple_del_array,
+        local_dl,
+        local_array_and_dl,
+        local_array,
+        unused,
+        multiple_use,
+    ]
     names = [n for n in DTYPES if _protocol_can_carry(protocol, n)]
     if source == "numpy" and "bfloat16" in names:
         names.remove("bfloat16")  # NumPy cannot export it (the peer skips it too)
@@ -260,14 +286,14 @@ def test_asdlpack_buffer(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# pydlpack's quirks against issue 10
+# pydlpack's quirks against the capsule rules
 # --------------------------------------------------------------------------
 
 
 def test_old_signature_producer_given_copy_false():
-    """pydlpack's DLPackObject.__dlpack__(stream=None) predates max_version/copy
-    (issue 10): the legacy fallback is not taken when copy is requested, and the
-    error says that its __dlpack__ does not take copy."""
+    """pydlpack's DLPackObject.__dlpack__(stream=None) predates max_version/copy:
+    the legacy fallback is not taken when copy is requested, and the error says
+    that its __dlpack__ does not take copy."""
     dl = dlpack.asdlpack(np.arange(3.0))
     with pytest.raises(TypeError, match=r"does not take .*copy"):
         tb.from_dlpack(dl, copy=False)
@@ -276,7 +302,9 @@ def test_old_signature_producer_given_copy_false():
 
 def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
         timeout=300,
     )
 

@@ -25,6 +25,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from needs import framework
 
 import tensorbridge as tb
 from tensorbridge import _testing
@@ -32,7 +33,7 @@ from tensorbridge import _testing
 
 @pytest.fixture(scope="module")
 def tf():
-    return pytest.importorskip("tensorflow")
+    return framework("tensorflow")
 
 
 def _aligned(t):
@@ -45,8 +46,21 @@ def _aligned(t):
 #: TensorFlow 2.21 exchanges too (bool, complex: its test's complex64 refusal is
 #: older TensorFlow's).
 DTYPES = [
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "bfloat16", "bool", "complex64", "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "bfloat16",
+    "bool",
+    "complex64",
+    "complex128",
 ]
 SHAPES = [(), (1,), (2, 3), (2, 0), (0, 7), (4, 1, 2)]
 
@@ -93,8 +107,11 @@ def test_we_read_a_tensorflow_capsule_after_the_tensor_is_gone(tf, dtype, shape)
         assert t.dtype == dtype
         assert t.shape == shape
         assert str(t.device) == "cpu"
-        got = t.numpy() if dtype in ("bool", "complex64", "complex128") \
+        got = (
+            t.numpy()
+            if dtype in ("bool", "complex64", "complex128")
             else t.astype("float64").numpy()
+        )
         assert _same(got, ints, dtype)
     if ints.size:
         assert len({t.data_ptr() for t in imports}) == 1  # all share TensorFlow's buffer
@@ -107,8 +124,11 @@ def test_tensorflow_consumes_a_capsule_of_ours_once(tf):
     x = tf.experimental.dlpack.from_dlpack(capsule)
     with pytest.raises(tf.errors.InvalidArgumentError, match="consumed at most once"):
         tf.experimental.dlpack.from_dlpack(capsule)
-    with pytest.raises(BufferError, match=r"from_dlpack\(\): this DLPack capsule was "
-                                          r"already consumed"):
+    with pytest.raises(
+        BufferError,
+        match=r"from_dlpack\(\): this DLPack capsule was "
+        r"already consumed",
+    ):
         tb.from_dlpack(capsule)
     assert _same(x.numpy(), _ints((2, 3, 4)), "float32")
 
@@ -118,8 +138,11 @@ def test_we_consume_a_tensorflow_capsule_once(tf):
     capsule = tf.experimental.dlpack.to_dlpack(tf.constant(_ints((2, 3, 4)), tf.float32))
     t = tb.from_dlpack(capsule)
     for again in (tb.from_dlpack, tb.asarray):
-        with pytest.raises(BufferError, match=r"already consumed \(it is named "
-                                              r"'used_dltensor'\)"):
+        with pytest.raises(
+            BufferError,
+            match=r"already consumed \(it is named "
+            r"'used_dltensor'\)",
+        ):
             again(capsule)
     with pytest.raises(tf.errors.InvalidArgumentError, match="consumed at most once"):
         tf.experimental.dlpack.from_dlpack(capsule)
@@ -148,8 +171,9 @@ def test_capsules_survive_a_tensorflow_context_reset(tf):
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-1000:]
     assert result.stdout.strip().endswith("ok")
 
@@ -158,8 +182,10 @@ def test_capsules_survive_a_tensorflow_context_reset(tf):
     ("make", "message"),
     [
         (lambda: tb.arange(8, dtype="float8_e4m3fn"), "Unsupported Type Codes: 10"),
-        (lambda: tb.arange(64, dtype="float32").reshape(4, 16)[:, ::2],
-         "Invalid strides array from DLPack"),
+        (
+            lambda: tb.arange(64, dtype="float32").reshape(4, 16)[:, ::2],
+            "Invalid strides array from DLPack",
+        ),
     ],
     ids=["float8", "strided"],
 )
@@ -186,8 +212,9 @@ def test_a_type_tensorflow_cannot_export(tf):
     # tensorbridge.ProducerError that is still TensorFlow's InvalidArgumentError,
     # naming the producer and the call, chained to TensorFlow's exception.
     x = tf.constant([[1, 4], [5, 2]], dtype=tf.qint16)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="DT_QINT16 is not supported by dlpack") as info:
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="DT_QINT16 is not supported by dlpack"
+    ) as info:
         tb.from_dlpack(x)
     assert isinstance(info.value, tb.ProducerError)
     assert "EagerTensor" in str(info.value) and "__dlpack__(" in str(info.value)

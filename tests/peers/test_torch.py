@@ -15,18 +15,32 @@ import warnings
 
 import numpy as np
 import pytest
+from needs import framework
 from producers import Producer, capsule_of, fake_device_producer
 
 import tensorbridge as tb
-from tensorbridge._core import FLAG_IS_COPIED, _inspect_capsule
+from tensorbridge._core import FLAG_IS_COPIED, inspect_capsule
 
-torch = pytest.importorskip("torch")
-torch_dlpack = pytest.importorskip("torch.utils.dlpack")
+torch = framework("torch")
+torch_dlpack = framework("torch.utils.dlpack")
 
 # all_types_and_complex_and(half, bfloat16, bool, uint16, uint32, uint64)
 DTYPES = [
-    "uint8", "int8", "int16", "int32", "int64", "float32", "float64", "complex64",
-    "complex128", "float16", "bfloat16", "bool", "uint16", "uint32", "uint64",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float16",
+    "bfloat16",
+    "bool",
+    "uint16",
+    "uint32",
+    "uint64",
 ]
 
 
@@ -120,7 +134,7 @@ def test_size_one_dimension_keeps_its_stride():
     assert t.shape == (1,) and t.strides == (3,)
     z = torch.from_dlpack(t)
     assert tuple(z.shape) == (1,) and z.stride() == (3,)
-    assert _inspect_capsule(t.__dlpack__(max_version=(1, 3)))["strides"] == (3,)
+    assert inspect_capsule(t.__dlpack__(max_version=(1, 3)))["strides"] == (3,)
 
 
 def test_objects_with_only_dlpack_methods_are_recognised():
@@ -136,9 +150,12 @@ def test_objects_with_only_dlpack_methods_are_recognised():
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({}, "dltensor"), ({"max_version": (0, 8)}, "dltensor"),
-     ({"max_version": (1, 0)}, "dltensor_versioned"),
-     ({"max_version": (2, 0)}, "dltensor_versioned")],
+    [
+        ({}, "dltensor"),
+        ({"max_version": (0, 8)}, "dltensor"),
+        ({"max_version": (1, 0)}, "dltensor_versioned"),
+        ({"max_version": (2, 0)}, "dltensor_versioned"),
+    ],
     ids=["none", "0.8", "1.0", "2.0"],
 )
 def test_max_version_capsules_both_ways(kwargs, name):
@@ -146,11 +163,11 @@ def test_max_version_capsules_both_ways(kwargs, name):
     legacy, 1.x and newer majors versioned), and the other side imports it."""
     x = _sample("float32")
     capsule = x.__dlpack__(**kwargs)
-    assert _inspect_capsule(capsule)["name"] == name
+    assert inspect_capsule(capsule)["name"] == name
     assert torch.equal(torch.from_dlpack(tb.from_dlpack(capsule)), x)
     t = tb.from_dlpack(x)
     capsule = t.__dlpack__(**kwargs)
-    assert _inspect_capsule(capsule)["name"] == name
+    assert inspect_capsule(capsule)["name"] == name
     assert torch.equal(torch.from_dlpack(capsule), x)
 
 
@@ -159,8 +176,11 @@ def test_max_version_capsules_both_ways(kwargs, name):
 # --------------------------------------------------------------------------
 
 COPY_CASES = [
-    ({}, True), ({"copy": False}, True), ({"copy": True}, False),
-    ({"device": "cpu"}, True), ({"device": "cpu", "copy": False}, True),
+    ({}, True),
+    ({"copy": False}, True),
+    ({"copy": True}, False),
+    ({"device": "cpu"}, True),
+    ({"device": "cpu", "copy": False}, True),
     ({"device": "cpu", "copy": True}, False),
 ]
 
@@ -246,7 +266,7 @@ def test_packed_float4_pairs_are_refused_cleanly():
     the same on the CPU): torch exports the pairs as lanes=2, which tensorbridge
     does not import (scalar element types only)."""
     x = torch.zeros(5, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-    assert _inspect_capsule(x.__dlpack__(max_version=(1, 3)))["dtype"] == (17, 4, 2)
+    assert inspect_capsule(x.__dlpack__(max_version=(1, 3)))["dtype"] == (17, 4, 2)
     with pytest.raises(BufferError, match="lanes is 2"):
         tb.from_dlpack(x)
 
@@ -284,4 +304,4 @@ def test_rocm_default_and_handle_streams_are_accepted():
     t = tb.from_dlpack(fake_device_producer((10, 0)))
     for stream in (None, 0, -1, 0xBEEF00):
         capsule = t.__dlpack__(max_version=(1, 3), stream=stream)
-        assert _inspect_capsule(capsule)["device"] == (10, 0)
+        assert inspect_capsule(capsule)["device"] == (10, 0)

@@ -32,17 +32,18 @@ from dlpack_ctypes import (
     ManagedTensorVersioned,
     Version,
 )
+from needs import framework
 
 import tensorbridge as tb
 from tensorbridge import _testing
 
-tvm_ffi = pytest.importorskip("tvm_ffi")
+tvm_ffi = framework("tvm_ffi")
 
 FAKE_ADDRESS = 0x7F0000043000  # device memory: never dereferenced
 
 
 def _fake_device_tensor(shape, device, dtype=(2, 32, 1)):
-    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
     capsule, _ = _testing.make_capsule(
         FAKE_ADDRESS, shape=shape, strides=strides, dtype=dtype, device=device
     )
@@ -214,15 +215,16 @@ _SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_c
 # The allocator and the stream query are pure C (no GIL needed): CFUNCTYPE releases
 # the GIL around them. The PyObject functions need the GIL: PYFUNCTYPE keeps it.
 _ALLOCATOR = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(_DLTensor), ctypes.POINTER(ctypes.POINTER(_Managed)),
-    ctypes.c_void_p, _SET_ERROR,
+    ctypes.c_int,
+    ctypes.POINTER(_DLTensor),
+    ctypes.POINTER(ctypes.POINTER(_Managed)),
+    ctypes.c_void_p,
+    _SET_ERROR,
 )
 _FROM_PY = ctypes.PYFUNCTYPE(
     ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(_Managed))
 )
-_TO_PY = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(_Managed), ctypes.POINTER(ctypes.c_void_p)
-)
+_TO_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Managed), ctypes.POINTER(ctypes.c_void_p))
 _DLTENSOR_FROM_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_DLTensor))
 _STREAM = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
@@ -285,14 +287,20 @@ def test_exchange_api_through_the_c_abi():
     # 2. managed_tensor_allocator
     dims = (ctypes.c_int64 * 3)(3, 4, 5)
     proto = _DLTensor(
-        data=None, device=_Device(1, 0), ndim=3, dtype=_DType(2, 32, 1), shape=dims,
-        strides=None, byte_offset=0,
+        data=None,
+        device=_Device(1, 0),
+        ndim=3,
+        dtype=_DType(2, 32, 1),
+        shape=dims,
+        strides=None,
+        byte_offset=0,
     )
     out = ctypes.POINTER(_Managed)()
     no_set_error = ctypes.cast(None, _SET_ERROR)
-    assert api.managed_tensor_allocator(
-        ctypes.byref(proto), ctypes.byref(out), None, no_set_error
-    ) == 0
+    assert (
+        api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None, no_set_error)
+        == 0
+    )
     assert out
     dl = out.contents.dl_tensor
     assert dl.ndim == 3 and _shape(dl) == (3, 4, 5)

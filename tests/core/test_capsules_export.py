@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Tensor.__dlpack__ / __dlpack_device__ / to_dlpack: the producer side."""
+"""Exporting capsules (_capsules.pxi): Tensor.__dlpack__ / __dlpack_device__ / to_dlpack,
+the producer side. The consumer side is in test_capsules.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from producers import capsule_of, fake_device_producer
 
 import tensorbridge as tb
 from tensorbridge import _testing
-from tensorbridge._core import FLAG_IS_COPIED, FLAG_READ_ONLY, _inspect_capsule
+from tensorbridge._core import FLAG_IS_COPIED, FLAG_READ_ONLY, inspect_capsule
 
 
 def readonly_tensor(a):
@@ -33,7 +34,7 @@ def readonly_tensor(a):
 )
 def test_max_version_chooses_the_capsule_kind(max_version, name):
     t = tb.from_dlpack(np.arange(3.0))
-    info = _inspect_capsule(t.__dlpack__(max_version=max_version))
+    info = inspect_capsule(t.__dlpack__(max_version=max_version))
     assert info["name"] == name
     if name == "dltensor_versioned":
         assert info["version"] == (1, 3)  # what we implement, whatever was asked
@@ -56,7 +57,7 @@ def test_arguments_are_keyword_only():
 def test_export_describes_the_tensor_exactly():
     a = np.arange(24, dtype=np.int16).reshape(2, 3, 4)[:, ::-1, 1::2]
     t = tb.from_dlpack(a)
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 3)))
     assert info["shape"] == (2, 3, 2)
     assert info["strides"] == (12, -4, 2)
     assert info["dtype"] == (0, 16, 1)
@@ -83,7 +84,7 @@ def test_views_export_the_offset_folded_into_data(view, max_version):
     # and PyTorch export them.
     t = view(tb.asarray(np.arange(20.0).reshape(4, 5)))
     capsule = t.__dlpack__(max_version=max_version) if max_version else tb.to_dlpack(t)
-    info = _inspect_capsule(capsule)
+    info = inspect_capsule(capsule)
     assert info["byte_offset"] == 0
     assert info["data"] == t.data_ptr()
 
@@ -93,38 +94,57 @@ def test_an_imported_byte_offset_is_folded_on_export():
     capsule, _ = capsule_of(a, byte_offset=24, shape=(5,), strides=(1,))
     t = tb.from_dlpack(capsule)
     assert t.data_ptr() == a.ctypes.data + 24
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 3)))
     assert (info["data"], info["byte_offset"]) == (a.ctypes.data + 24, 0)
     assert np.from_dlpack(t).tolist() == [3.0, 4.0, 5.0, 6.0, 7.0]
 
 
 @pytest.mark.parametrize(
     ("device", "folded"),
-    [((2, 0), True), ((3, 0), True), ((10, 1), True), ((13, 0), True), ((14, 0), True),
-     ((4, 0), False), ((7, 0), False), ((8, 0), False), ((15, 0), False)],
-    ids=["cuda", "cuda_host", "rocm", "cuda_managed", "oneapi",
-         "opencl", "vulkan", "metal", "webgpu"],
+    [
+        ((2, 0), True),
+        ((3, 0), True),
+        ((10, 1), True),
+        ((13, 0), True),
+        ((14, 0), True),
+        ((4, 0), False),
+        ((7, 0), False),
+        ((8, 0), False),
+        ((15, 0), False),
+    ],
+    ids=[
+        "cuda",
+        "cuda_host",
+        "rocm",
+        "cuda_managed",
+        "oneapi",
+        "opencl",
+        "vulkan",
+        "metal",
+        "webgpu",
+    ],
 )
 def test_byte_offset_is_kept_where_data_may_be_a_handle(device, folded):
     # OpenCL's cl_mem, Vulkan's VkBuffer, Metal's MTLBuffer are handles: pointer
     # arithmetic on them is meaningless, so the offset stays in byte_offset.
     handle = 0x10000
-    capsule, _ = _testing.make_capsule(handle, shape=(4,), strides=(1,), device=device,
-                                       byte_offset=16)
+    capsule, _ = _testing.make_capsule(
+        handle, shape=(4,), strides=(1,), device=device, byte_offset=16
+    )
     t = tb.from_dlpack(capsule)
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 3)))
     expected = (handle + 16, 0) if folded else (handle, 16)
     assert (info["data"], info["byte_offset"]) == expected
     view = t[1:]
-    info = _inspect_capsule(view.__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(view.__dlpack__(max_version=(1, 3)))
     expected = (handle + 16 + 4, 0) if folded else (handle, 20)
     assert (info["data"], info["byte_offset"]) == expected
 
 
 def test_zero_d_and_size_zero_exports():
-    info = _inspect_capsule(tb.from_dlpack(np.array(1.0)).__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(tb.from_dlpack(np.array(1.0)).__dlpack__(max_version=(1, 3)))
     assert info["ndim"] == 0 and info["shape"] == () and info["strides"] == ()
-    info = _inspect_capsule(tb.from_dlpack(np.zeros((0, 3))).__dlpack__(max_version=(1, 3)))
+    info = inspect_capsule(tb.from_dlpack(np.zeros((0, 3))).__dlpack__(max_version=(1, 3)))
     assert info["data"] == 0 and info["byte_offset"] == 0  # NULL data for empty tensors
     assert info["shape"] == (0, 3) and info["strides"] is not None
 
@@ -132,7 +152,7 @@ def test_zero_d_and_size_zero_exports():
 def test_strides_are_filled_even_when_the_import_had_none():
     capsule, _ = capsule_of(np.arange(6.0).reshape(2, 3), strides=None, versioned=False)
     t = tb.from_dlpack(capsule)
-    assert _inspect_capsule(t.__dlpack__(max_version=(1, 3)))["strides"] == (3, 1)
+    assert inspect_capsule(t.__dlpack__(max_version=(1, 3)))["strides"] == (3, 1)
 
 
 def test_readonly_tensors_only_export_versioned():
@@ -141,28 +161,28 @@ def test_readonly_tensors_only_export_versioned():
         t.__dlpack__()
     with pytest.raises(BufferError, match=r"to_dlpack\(\): cannot export a read-only"):
         tb.to_dlpack(t)
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 0)))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 0)))
     assert info["flags"] == FLAG_READ_ONLY
 
 
 def test_copy_true_exports_a_private_flagged_copy():
     t, a = readonly_tensor(np.arange(6.0).reshape(2, 3).T)
     capsule = t.__dlpack__(max_version=(1, 3), copy=True)
-    info = _inspect_capsule(capsule)
+    info = inspect_capsule(capsule)
     assert info["flags"] == FLAG_IS_COPIED  # writable: the copy is the consumer's
     assert info["data"] != a.ctypes.data
     assert info["strides"] == (2, 1)
     b = np.from_dlpack(_Holder(capsule))
     assert b.tolist() == a.tolist() and b.flags.writeable
     # Legacy export of a copy is fine: the copy is writable.
-    assert _inspect_capsule(t.__dlpack__(copy=True))["name"] == "dltensor"
+    assert inspect_capsule(t.__dlpack__(copy=True))["name"] == "dltensor"
 
 
 def test_copy_false_and_none_share():
     a = np.arange(3.0)
     t = tb.from_dlpack(a)
     for copy in (None, False):
-        info = _inspect_capsule(t.__dlpack__(max_version=(1, 3), copy=copy))
+        info = inspect_capsule(t.__dlpack__(max_version=(1, 3), copy=copy))
         assert info["data"] == a.ctypes.data and info["flags"] == 0
 
 
@@ -175,7 +195,7 @@ def test_bad_copy_argument():
 @pytest.mark.parametrize("dl_device", [(1, 0), (tb.DLDeviceType.kDLCPU, 0)])
 def test_dl_device_cpu_is_accepted_for_cpu_data(dl_device):
     t = tb.from_dlpack(np.arange(3.0))
-    assert _inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=dl_device))["device"] == (
+    assert inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=dl_device))["device"] == (
         1,
         0,
     )
@@ -185,7 +205,7 @@ def test_dl_device_cpu_relabels_host_accessible_memory():
     a = np.arange(3.0)
     capsule, _ = capsule_of(a, device=(13, 0))  # CUDA managed memory
     t = tb.from_dlpack(capsule)
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))
     assert info["device"] == (1, 0) and info["data"] == a.ctypes.data
 
 
@@ -193,8 +213,10 @@ def test_dl_device_cpu_relabels_host_accessible_memory():
     ("source", "dl_device"), [((1, 0), (2, 0)), ((2, 0), (1, 0)), ((2, 0), (2, 1))]
 )
 def test_impossible_dl_device(source, dl_device):
-    t = tb.from_dlpack(fake_device_producer(source)) if source != (1, 0) else tb.from_dlpack(
-        np.arange(3.0)
+    t = (
+        tb.from_dlpack(fake_device_producer(source))
+        if source != (1, 0)
+        else tb.from_dlpack(np.arange(3.0))
     )
     with pytest.raises(BufferError, match=r"cannot export .* memory to dl_device="):
         t.__dlpack__(max_version=(1, 3), dl_device=dl_device)
@@ -235,8 +257,16 @@ def test_export_stream_validation(device, stream, exc, message):
 
 @pytest.mark.parametrize(
     ("device", "stream"),
-    [((1, 0), None), ((1, 0), -1), ((2, 0), None), ((2, 0), 1), ((2, 0), 2), ((2, 0), 2**40),
-     ((10, 0), 0), ((3, 0), 5)],
+    [
+        ((1, 0), None),
+        ((1, 0), -1),
+        ((2, 0), None),
+        ((2, 0), 1),
+        ((2, 0), 2),
+        ((2, 0), 2**40),
+        ((10, 0), 0),
+        ((3, 0), 5),
+    ],
 )
 def test_export_streams_accepted(device, stream):
     t = (
@@ -244,13 +274,13 @@ def test_export_streams_accepted(device, stream):
         if device == (1, 0)
         else tb.from_dlpack(fake_device_producer(device))
     )
-    assert _inspect_capsule(t.__dlpack__(max_version=(1, 3), stream=stream))["device"] == device
+    assert inspect_capsule(t.__dlpack__(max_version=(1, 3), stream=stream))["device"] == device
 
 
 def test_device_memory_is_reexported_as_metadata():
     t = tb.from_dlpack(fake_device_producer((2, 3), shape=(2, 5)))
     assert t.device == "cuda:3" and t.__dlpack_device__() == (tb.DLDeviceType.kDLCUDA, 3)
-    info = _inspect_capsule(t.__dlpack__(max_version=(1, 3), stream=-1))
+    info = inspect_capsule(t.__dlpack__(max_version=(1, 3), stream=-1))
     assert info["device"] == (2, 3)
     assert info["data"] == 0x7F0000001000
     assert info["shape"] == (2, 5) and info["strides"] == (5, 1)
@@ -266,7 +296,7 @@ def test_dlpack_device_returns_the_enum():
 def test_to_dlpack_of_a_foreign_object_imports_it_first():
     a = np.arange(3.0)
     capsule = tb.to_dlpack(a)
-    info = _inspect_capsule(capsule)
+    info = inspect_capsule(capsule)
     assert info["name"] == "dltensor" and info["data"] == a.ctypes.data
     t = tb.from_dlpack(capsule)
     np.from_dlpack(t)[0] = 42

@@ -1,15 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""asarray: every input kind, copy semantics, dtype and device rules, casts."""
+"""asarray and the constructors (_creation.py): what each input kind gives, copy=,
+dtype and device rules, casts between every pair of dtypes, empty/zeros/ones/full/arange."""
 
 from __future__ import annotations
 
-import array
-import mmap
 import sys
 import warnings
 
 import numpy as np
 import pytest
+from needs import needs
 from producers import Producer, capsule_of, fake_device_producer
 
 import tensorbridge as tb
@@ -51,7 +51,7 @@ def test_seed_dtype_mismatch_copies():
 
 
 # --------------------------------------------------------------------------
-# Input kinds
+# Input kinds (buffers: core/test_buffers.py; sequences: core/test_sequences.py)
 # --------------------------------------------------------------------------
 
 
@@ -62,8 +62,10 @@ def test_tensor_is_returned_as_is():
     assert tb.asarray(t, copy=False) is t
 
 
+@needs("torch")
 def test_torch_tensor_is_shared():
-    torch = pytest.importorskip("torch")
+    import torch
+
     x = torch.arange(5, dtype=torch.int32)
     t = tb.asarray(x)
     assert t.data_ptr() == x.data_ptr() and t.dtype == tb.int32
@@ -83,81 +85,6 @@ def test_capsule_is_consumed_and_shared():
     t = tb.asarray(capsule)
     assert t.data_ptr() == ptr(a)
     assert _testing.capsule_name(capsule) == "used_dltensor_versioned"
-
-
-def test_bytes_are_reinterpreted_read_only():
-    data = np.arange(4, dtype=np.float32).tobytes()
-    t = tb.asarray(data)
-    assert t.dtype == tb.float32 and t.readonly and t.shape == (4,)
-    assert t.tolist() == [0.0, 1.0, 2.0, 3.0]
-    with pytest.raises(ValueError, match="read-only"):
-        t[0] = 1
-
-
-def test_bytearray_is_shared_and_writable():
-    data = bytearray(np.arange(3, dtype=np.int16).tobytes())
-    t = tb.asarray(data, dtype=tb.int16)
-    assert not t.readonly and t.tolist() == [0, 1, 2]
-    t[1] = -2
-    assert np.frombuffer(data, dtype=np.int16).tolist() == [0, -2, 2]
-    with pytest.raises(BufferError):
-        data.append(0)  # the tensor holds the buffer, as NumPy would
-
-
-def test_default_float_dtype_for_raw_buffers():
-    tb.set_default_dtype(tb.float64)
-    assert tb.asarray(bytes(16)).shape == (2,)
-    assert tb.asarray(bytes(16)).dtype == tb.float64
-
-
-def test_raw_buffer_length_must_fit_the_dtype():
-    with pytest.raises(ValueError, match=r"a buffer of 6 bytes is not a whole number of float32"):
-        tb.asarray(bytes(6))
-
-
-def test_mmap_is_shared(tmp_path):
-    path = tmp_path / "data.bin"
-    path.write_bytes(np.arange(4, dtype=np.int32).tobytes())
-    with open(path, "r+b") as f:
-        m = mmap.mmap(f.fileno(), 0)
-        t = tb.asarray(m, dtype=tb.int32)
-        t[3] = 42
-        del t
-        m.flush()
-        m.close()
-    assert np.frombuffer(path.read_bytes(), dtype=np.int32).tolist() == [0, 1, 2, 42]
-
-
-def test_memoryview_slices():
-    data = bytearray(range(16))
-    window = memoryview(data)[4:12]
-    t = tb.asarray(window, dtype=tb.uint8)
-    assert t.tolist() == list(range(4, 12))
-    t[0] = 200
-    assert data[4] == 200
-    strided = memoryview(data)[::4]  # a strided byte buffer keeps its element type
-    s = tb.asarray(strided)
-    assert s.dtype == tb.uint8 and s.strides == (4,) and s.tolist() == [0, 200, 8, 12]
-
-
-def test_typed_buffers_keep_type_and_shape():
-    t = tb.asarray(array.array("i", [1, 2, 3]))
-    assert t.dtype == tb.int32 and t.tolist() == [1, 2, 3]
-    m = memoryview(bytearray(np.arange(6, dtype=np.float64).tobytes())).cast("d", (2, 3))
-    t = tb.asarray(m)
-    assert t.dtype == tb.float64 and t.shape == (2, 3)
-    assert t.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
-
-
-def test_typed_buffer_with_another_dtype_is_cast():
-    t = tb.asarray(array.array("h", [1, 2]), dtype=tb.float32)
-    assert t.dtype == tb.float32 and t.tolist() == [1.0, 2.0]
-
-
-def test_non_native_byte_order_is_refused():
-    swapped = np.arange(3, dtype=">i4")
-    with pytest.raises(BufferError, match="native byte order"):
-        tb.asarray(memoryview(swapped))
 
 
 @pytest.mark.parametrize(
@@ -193,80 +120,6 @@ def test_numpy_scalars_keep_their_dtype():
     assert not t.readonly and t.dtype == tb.float32 and t.item() == 1.5
 
 
-def test_int_overflow():
-    with pytest.raises(OverflowError, match="does not fit int64"):
-        tb.asarray(2**63)
-    with pytest.raises(OverflowError, match=r"the int at \[1\] does not fit int64"):
-        tb.asarray([1, 2**64])
-    assert tb.asarray(2**63, dtype=tb.uint64).item() == 2**63
-    assert tb.asarray([2**63], dtype="uint64").tolist() == [2**63]
-
-
-@pytest.mark.parametrize(
-    ("obj", "dtype", "shape"),
-    [
-        ([1, 2, 3], tb.int64, (3,)),
-        ([1, 2.5], tb.float32, (2,)),
-        ([True, False], tb.bool, (2,)),
-        ([True, 2], tb.int64, (2,)),
-        ([1, 2j], tb.complex64, (2,)),
-        ([[1, 2], [3, 4]], tb.int64, (2, 2)),
-        (((1.0,), (2.0,)), tb.float32, (2, 1)),
-        ([], tb.float32, (0,)),
-        ([[], []], tb.float32, (2, 0)),
-    ],
-)
-def test_nested_sequences(obj, dtype, shape):
-    t = tb.asarray(obj)
-    assert t.dtype is dtype and t.shape == shape
-    assert t.tolist() == np.asarray(obj).tolist()
-
-
-def test_sequences_with_explicit_dtypes():
-    assert tb.asarray([1, 2], dtype=tb.float64).tolist() == [1.0, 2.0]
-    assert tb.asarray([1.7, -2.2], dtype=tb.int8).tolist() == [1, -2]
-    assert tb.asarray([0.5, 1], dtype="float16").dtype == tb.float16
-    assert tb.asarray([1, 0], dtype=tb.bool).tolist() == [True, False]
-
-
-def test_sequences_of_tensors_and_dlpack_objects():
-    torch = pytest.importorskip("torch")
-    rows = [torch.tensor([1.0, 2.0]), np.array([3.0, 4.0], dtype=np.float32)]
-    t = tb.asarray(rows)
-    assert t.shape == (2, 2) and t.dtype == tb.float32
-    assert t.tolist() == [[1, 2], [3, 4]]
-    zero_d = [tb.asarray(1), tb.asarray(2), np.int64(3)]
-    assert tb.asarray(zero_d).tolist() == [1, 2, 3]
-
-
-@pytest.mark.parametrize(
-    ("obj", "where"),
-    [
-        ([[1, 2], [3]], r"the sequence at \[1\] has length 1"),
-        ([[1, 2], 3], r"the item at \[1\] is a number"),
-        ([1, [2]], r"the item at \[1\] is a sequence"),
-        ([[[1], [2]], [[3], [4, 5]]], r"the sequence at \[1\]\[1\] has length 2"),
-        ([np.arange(2), np.arange(3)], r"the item at \[1\] has shape \(3,\)"),
-    ],
-)
-def test_ragged_sequences_name_the_position(obj, where):
-    with pytest.raises(ValueError, match=f"ragged nested sequence: .*{where}"):
-        tb.asarray(obj)
-
-
-@pytest.mark.parametrize(
-    ("obj", "where"),
-    [
-        ([1, "a"], r"the item at \[1\] is str 'a'"),
-        ([[1.0], [None]], r"the item at \[1\]\[0\] is NoneType"),
-        ([np.float32(1), {}], r"the item at \[1\] is dict"),
-    ],
-)
-def test_non_numeric_items_name_the_position(obj, where):
-    with pytest.raises(TypeError, match=where):
-        tb.asarray(obj)
-
-
 @pytest.mark.parametrize("obj", ["text", {1: 2}, object(), None])
 def test_unsupported_objects(obj):
     with pytest.raises(TypeError, match="asarray"):
@@ -276,6 +129,7 @@ def test_unsupported_objects(obj):
 # --------------------------------------------------------------------------
 # copy=
 # --------------------------------------------------------------------------
+
 
 SHARED_SOURCES = {
     "numpy": lambda: np.arange(4.0),
@@ -290,7 +144,7 @@ def test_copy_modes_on_shareable_sources(make):
     shared = tb.asarray(make())
     assert tb.asarray(make(), copy=False).dtype == shared.dtype
     source = make()
-    base = tb.asarray(source) if not tb._core._is_capsule(source) else None
+    base = tb.asarray(source) if not tb._core.is_capsule(source) else None
     fresh = tb.asarray(make(), copy=True)
     if base is not None:
         assert tb.asarray(source, copy=True).data_ptr() != base.data_ptr()
@@ -319,8 +173,10 @@ def test_copy_must_be_bool_or_none():
 # --------------------------------------------------------------------------
 
 
+@needs("torch")
 def test_dtype_spellings():
-    torch = pytest.importorskip("torch")
+    import torch
+
     for spelling in (tb.float16, "float16", np.float16, np.dtype("float16"), torch.float16):
         assert tb.asarray([1, 2], dtype=spelling).dtype is tb.float16
     assert tb.asarray([1], dtype=float).dtype is tb.float32
@@ -331,8 +187,10 @@ def test_dtype_spellings():
         tb.asarray([1], dtype="float128x")
 
 
+@needs("torch")
 def test_device_spellings():
-    torch = pytest.importorskip("torch")
+    import torch
+
     a = np.arange(3.0)
     for spelling in ("cpu", tb.Device("cpu"), torch.device("cpu"), (1, 0)):
         assert tb.asarray(a, device=spelling).data_ptr() == ptr(a)
@@ -367,15 +225,41 @@ def test_pinned_memory_relabels_to_cpu_without_copy():
 # Casts: every pair of the standard dtypes, and the ml_dtypes ones
 # --------------------------------------------------------------------------
 
+
 STANDARD = [
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
 ]
+
+
 ML = [
-    "bfloat16", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
-    "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-    "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+    "bfloat16",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
 ]
+
+
 VALUES = [0, 1, 2, 4]  # exactly representable everywhere (float8_e8m0fnu has no 0: see below)
 
 
@@ -391,9 +275,11 @@ def test_every_standard_cast(source, target):
     assert t.tolist() == expected.tolist()
 
 
+@needs("ml_dtypes")
 @pytest.mark.parametrize("name", ML)
 def test_ml_dtypes_casts_both_ways(name):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import ml_dtypes
+
     values = [1.0, 2.0, 4.0, 0.5]
     t = tb.asarray(values, dtype=name)
     assert t.dtype == name
@@ -405,8 +291,10 @@ def test_ml_dtypes_casts_both_ways(name):
     assert tb.asarray(t, dtype=other).astype(tb.float32).tolist() == values
 
 
+@needs("ml_dtypes")
 def test_ml_dtypes_numpy_arrays_are_shared():
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import ml_dtypes
+
     a = np.array([1.0, 2.0], dtype=ml_dtypes.bfloat16)
     t = tb.asarray(a)
     assert t.dtype == tb.bfloat16 and t.data_ptr() == ptr(a)
@@ -419,3 +307,35 @@ def test_ml_dtypes_missing_gives_a_clear_error(monkeypatch):
     t = tb.asarray([1.0, 2.0])
     with pytest.raises(ImportError, match=r"bfloat16 values need the ml_dtypes package"):
         t.astype(tb.bfloat16)
+
+
+# --------------------------------------------------------------------------
+# Constructors
+# --------------------------------------------------------------------------
+
+
+def test_constructors():
+    assert tb.empty((2, 3)).shape == (2, 3) and tb.empty(4).dtype == tb.float32
+    assert tb.zeros((2, 2), dtype="int8").tolist() == [[0, 0], [0, 0]]
+    assert tb.ones(3).tolist() == [1.0, 1.0, 1.0] and tb.ones(3).dtype == tb.float32
+    assert tb.full((2,), 7).dtype == tb.int64 and tb.full((2,), 7).tolist() == [7, 7]
+    assert tb.full((2,), 1.5).dtype == tb.float32
+    assert tb.full((1,), True).dtype == tb.bool
+    assert tb.full(2, 3, dtype="float16").tolist() == [3.0, 3.0]
+    assert tb.arange(4).tolist() == [0, 1, 2, 3] and tb.arange(4).dtype == tb.int64
+    assert tb.arange(1, 7, 2).tolist() == [1, 3, 5]
+    assert tb.arange(0, 1, 0.25).dtype == tb.float32
+    assert tb.arange(0, 1, 0.25).tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert tb.arange(3, dtype="float64").tolist() == [0.0, 1.0, 2.0]
+    assert tb.zeros(3, device="cpu").device == "cpu"
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="negative extent -1"):
+        tb.zeros((2, -1))
+    with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
+        tb.ones("3")
+    with pytest.raises(ValueError, match="step must not be zero"):
+        tb.arange(0, 3, 0)
+    with pytest.raises(ValueError, match="fill_value must be a scalar"):
+        tb.full(2, [1, 2])

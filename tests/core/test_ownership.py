@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Ownership: deleters run exactly once, never early, never without the GIL, never after exit."""
+"""Ownership (_ownership.pxi): deleters run exactly once, never early, never without the
+GIL, never after exit, never inside one of our export deleters."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+from needs import needs
 from producers import capsule_of, numpy_producer
 
 import tensorbridge as tb
@@ -173,8 +175,8 @@ def test_producer_deleters_never_run_inside_our_export_deleter():
     assert counter.nested_calls == 0
 
 
+@needs("paddle")
 def test_paddle_chain_through_tensorbridge_does_not_deadlock():
-    pytest.importorskip("paddle")
     code = textwrap.dedent(
         """
         import paddle, tensorbridge as tb

@@ -4,36 +4,42 @@
 For every ordered pair of installed frameworks (tensorbridge included), a small
 tensor goes through the consumer's own ``from_dlpack`` ("native") and through
 ``tensorbridge.convert``. Each exchange is classified by comparing data addresses
-and by writing through one side and reading the other, and timed.
+and by writing through one side and reading the other, and timed. The frameworks
+come from the registry; what the matrix needs of each, from `probes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from tensorbridge import _core
-from tensorbridge._convert import convert
+from tensorbridge._cli.probes import Probe, pointer, probe
+from tensorbridge._core import DLPACK_VERSION, convert
 from tensorbridge._dtypes import DTYPES
 from tensorbridge._errors import ImportOrderError
-from tensorbridge._frameworks import FRAMEWORKS, Framework
+from tensorbridge._frameworks import FRAMEWORKS, version
+from tensorbridge._frameworks import names as framework_names
+from tensorbridge._version import __version__
 
-__all__ = ["Exchange", "available", "dtype_sweep", "exchange_matrix"]
-
-#: Frameworks the matrix covers, in display order (cupy needs a GPU).
-ORDER = [
-    "numpy", "torch", "jax", "paddle", "tensorflow", "mlx", "pyarrow",
-    "array_api_strict", "tvm_ffi", "tensorbridge",
+__all__ = [
+    "ORDER",
+    "VALUES",
+    "Exchange",
+    "available",
+    "dtype_sweep",
+    "exchange_matrix",
+    "payload",
+    "sweep_dtypes",
 ]
-_DISTRIBUTIONS = {
-    "numpy": "numpy", "torch": "torch", "jax": "jax", "paddle": "paddlepaddle",
-    "tensorflow": "tensorflow-cpu", "mlx": "mlx", "pyarrow": "pyarrow",
-    "array_api_strict": "array-api-strict", "tvm_ffi": "apache-tvm-ffi",
-}
+
+#: Frameworks the matrix covers, in display (and import) order: the registry's,
+#: but for those that need a GPU (cupy).
+ORDER: list[str] = framework_names(gpu=False)
 VALUES = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
 
 
@@ -51,6 +57,12 @@ class Exchange:
         return {"zero-copy": "S", "copy": "C", "fails": "✗"}[self.status]
 
 
+#: (producer, consumer, "native" | "convert") -> what happened.
+Results = dict[tuple[str, str, str], Exchange]
+#: consumer -> dtype -> {"native": ok, "convert": ok}.
+Sweep = dict[str, dict[str, dict[str, bool]]]
+
+
 def available(
     names: list[str] | None = None, skipped: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -59,52 +71,24 @@ def available(
     cannot be imported in this process go into `skipped`, with the reason."""
     found = {}
     for name in sorted(names or ORDER, key=ORDER.index):
-        framework = FRAMEWORKS[name]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # import-time chatter of the frameworks
             try:
-                if name != "tensorbridge":
-                    framework.module()
+                FRAMEWORKS[name].module()
             except ImportOrderError as exc:
                 if skipped is not None:
                     skipped[name] = str(exc)
                 continue
             except ImportError:
                 continue
-        if name == "jax":
-            import jax
-
-            jax.config.update("jax_enable_x64", True)  # else 64-bit data is narrowed
-        if name == "tensorbridge":
-            from tensorbridge import __version__ as version
-        else:
-            try:
-                version = importlib.metadata.version(_DISTRIBUTIONS[name])
-            except importlib.metadata.PackageNotFoundError:
-                version = getattr(framework.module(), "__version__", "?")
-        found[name] = version
+        probe(name).prepare()
+        found[name] = version(name)
     return found
 
 
-def _pointer(obj: Any) -> int | None:
-    for kwargs in ({"max_version": (1, 3)}, {}):
-        try:
-            info = _core._inspect_capsule(obj.__dlpack__(**kwargs))
-        except Exception:
-            continue
-        return info["data"] + info["byte_offset"]
-    return None
-
-
-def _first_value(framework: type[Framework], obj: Any) -> float:
-    return float(_core.asarray(obj).astype("float64").reshape(-1)[0].item()) \
-        if framework.name not in ("tensorflow",) else float(obj.numpy().reshape(-1)[0])
-
-
-def _time_us(call: Any, budget: float = 0.004) -> float:
+def _time_us(call: Callable[[], object], budget: float = 0.004) -> float:
     """Median per-call time in microseconds over a few short repeats."""
     samples = []
-    number = 1
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-7)
@@ -117,28 +101,24 @@ def _time_us(call: Any, budget: float = 0.004) -> float:
     return statistics.median(samples)
 
 
-def _classify(
-    producer: type[Framework], consumer: type[Framework], source: Any, result: Any
-) -> Exchange:
-    src, dst = _pointer(source), _pointer(result)
-    if consumer.name == "tensorflow" and dst is not None and dst % 64:
-        return Exchange(
-            "fails", reason="imported memory that is not 64-byte aligned: the first "
-            "TensorFlow operation on it aborts the process"
-        )
+def _classify(producer: type[Probe], consumer: type[Probe], source: Any, result: Any) -> Exchange:
+    src, dst = pointer(source), pointer(result)
+    unusable = consumer.unusable(result)
+    if unusable:
+        return Exchange("fails", reason=unusable)
     if consumer.dtype_name(result) != "float32":
         return Exchange("fails", reason=f"float32 arrived as {consumer.dtype_name(result)}")
     if src is None or dst is None or src != dst:
         return Exchange("copy")
     # Shared memory: prove it by writing through one side and reading the other.
     if producer.write_first(source, -9.0):
-        return Exchange("zero-copy", write_through=_first_value(consumer, result) == -9.0)
+        return Exchange("zero-copy", write_through=consumer.first_value(result) == -9.0)
     if consumer.write_first(result, -9.0):
-        return Exchange("zero-copy", write_through=_first_value(producer, source) == -9.0)
+        return Exchange("zero-copy", write_through=producer.first_value(source) == -9.0)
     return Exchange("zero-copy")
 
 
-def _attempt(call: Any) -> tuple[Any, str | None]:
+def _attempt(call: Callable[[], Any]) -> tuple[Any, str | None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -148,20 +128,28 @@ def _attempt(call: Any) -> tuple[Any, str | None]:
         return None, f"{type(exc).__name__}: {message}"[:160]
 
 
-def exchange_matrix(names: list[str], timing: bool = True) -> dict[tuple[str, str, str], Exchange]:
+def _routes(consumer: type[Probe], name: str) -> dict[str, Callable[[Any], Any]]:
+    """How each route hands a source to the consumer: its own from_dlpack, or convert."""
+
+    def native(src: Any) -> Any:
+        return consumer.native_from_dlpack(src)
+
+    def through_convert(src: Any) -> Any:
+        return convert(src, name)
+
+    return {"native": native, "convert": through_convert}
+
+
+def exchange_matrix(names: list[str], timing: bool = True) -> Results:
     """(producer, consumer, "native"|"convert") -> Exchange, for every ordered pair."""
-    results: dict[tuple[str, str, str], Exchange] = {}
+    results: Results = {}
     for p in names:
-        P = FRAMEWORKS[p]
+        P = probe(p)
         for c in names:
-            C = FRAMEWORKS[c]
-            routes = {
-                "native": lambda src, C=C: C.native_from_dlpack(src),
-                "convert": lambda src, c=c: convert(src, c),
-            }
-            for route, call in routes.items():
+            C = probe(c)
+            for route, call in _routes(C, c).items():
                 source = P.sample(VALUES, "float32")
-                result, error = _attempt(lambda: call(source))
+                result, error = _attempt(lambda: call(source))  # noqa: B023 (called at once)
                 if error:
                     results[(p, c, route)] = Exchange("fails", reason=error)
                     continue
@@ -170,7 +158,7 @@ def exchange_matrix(names: list[str], timing: bool = True) -> dict[tuple[str, st
                     fresh = P.sample(VALUES, "float32")
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        exchange.time_us = _time_us(lambda: call(fresh))
+                        exchange.time_us = _time_us(lambda: call(fresh))  # noqa: B023
                 results[(p, c, route)] = exchange
     return results
 
@@ -189,42 +177,77 @@ def sweep_dtypes() -> tuple[list[str], list[str]]:
     return usable, missing
 
 
-def dtype_sweep(names: list[str]) -> dict[str, dict[str, dict[str, bool]]]:
+def dtype_sweep(names: list[str]) -> Sweep:
     """consumer -> dtype -> {"native": ok, "convert": ok}, from tensorbridge tensors,
     for the dtypes of `sweep_dtypes()` (others are left out).
 
     ok means the consumer's array has the same dtype and values."""
-    sweep: dict[str, dict[str, dict[str, bool]]] = {}
+    sweep: Sweep = {}
     values = [1.0, 2.0, 4.0, 0.5]
     usable, _ = sweep_dtypes()
     for c in names:
-        C = FRAMEWORKS[c]
+        C = probe(c)
+        routes = _routes(C, c)
         sweep[c] = {}
         for dtype in usable:
             row = {}
-            for route in ("native", "convert"):
+            for route, call in routes.items():
                 source = _core.asarray(values, dtype=dtype)
-                call = C.native_from_dlpack if route == "native" else (lambda s, c=c: convert(s, c))
-                result, error = _attempt(lambda: call(source))
+                result, error = _attempt(lambda: call(source))  # noqa: B023 (called at once)
                 row[route] = error is None and _same(C, result, source)
             sweep[c][dtype] = row
     return sweep
 
 
-def _same(C: type[Framework], result: Any, source: Any) -> bool:
+def _same(C: type[Probe], result: Any, source: Any) -> bool:
     try:
         if C.dtype_name(result) != source.dtype.name:
             return False
-        if C.name == "tensorflow" and (_pointer(result) or 0) % 64:
-            return False  # unusable: TF aborts on unaligned memory
+        if C.unusable(result):
+            return False  # e.g. TF on unaligned memory: it aborts on first use
         # Compare as float64 (complex128 for complex types, so nothing is discarded).
         wide = "complex128" if source.dtype.name.startswith("complex") else "float64"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = convert(result, "tensorbridge").astype(wide).tolist() \
-                if source.dtype.name != "bool" else convert(result, "numpy").tolist()
-        want = source.astype(wide).tolist() if source.dtype.name != "bool" \
-            else source.tolist()
-        return got == want
+            got = (
+                convert(result, "tensorbridge").astype(wide).tolist()
+                if source.dtype.name != "bool"
+                else convert(result, "numpy").tolist()
+            )
+        want = source.astype(wide).tolist() if source.dtype.name != "bool" else source.tolist()
+        return bool(got == want)
     except Exception:
         return False
+
+
+def payload(
+    *,
+    versions: dict[str, str],
+    skipped: dict[str, str],
+    seconds: float,
+    results: Results,
+    sweep: Sweep,
+    untested: list[str],
+) -> dict[str, Any]:
+    """The matrix as JSON-ready data (``tensorbridge --json``)."""
+    return {
+        "tensorbridge": __version__,
+        "dlpack": list(DLPACK_VERSION),
+        "frameworks": versions,
+        "skipped": skipped,
+        "seconds": round(seconds, 2),
+        "exchanges": [
+            {
+                "producer": p,
+                "consumer": c,
+                "route": route,
+                "status": e.status,
+                "time_us": e.time_us,
+                "write_through": e.write_through,
+                "reason": e.reason,
+            }
+            for (p, c, route), e in results.items()
+        ],
+        "dtypes": sweep,
+        "untested_dtypes": untested,
+    }

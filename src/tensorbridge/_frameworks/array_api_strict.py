@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: Apache-2.0
+"""array-api-strict as a bridge target: the Array API standard's reference
+namespace (no float16)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorbridge._core import Tensor
+from tensorbridge._frameworks.base import STANDARD, Framework
+
+__all__ = ["ArrayApiStrictFramework"]
+
+
+class ArrayApiStrictFramework(Framework):
+    name = "array_api_strict"
+    aliases = ("xp",)
+    modules = ("array_api_strict",)
+    import_names = (("xp", "array_api_strict"), ("array_api_strict", "array_api_strict"))
+    distribution = "array-api-strict"
+    label = "xp-strict"
+    host_only = True
+    dtypes = STANDARD - {"float16"}
+    readonly = "flag"
+    path = "array_api_strict.from_dlpack on a versioned DLPack capsule"
+    quirks = (("array-api-strict has no float16", "convert refuses it (pass dtype=)"),)
+
+    @classmethod
+    def make(cls, t: Tensor) -> Any:
+        return cls.module().from_dlpack(t)

@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The `Framework` base class: what a bridge target's consumer can take, as data.
+
+A subclass per framework (one module each in this package) fills in the facts:
+dtypes, layouts, byte offsets, alignment, whether its arrays can be read-only.
+The planner (`tensorbridge._convert`) plans from these facts and the hooks below
+alone (docs/design.md, "Bridges"), so `explain` can say what will happen without
+doing it. A framework is imported only when a conversion needs it (`module`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+from tensorbridge import _core
+from tensorbridge._core import Tensor
+from tensorbridge._devices import Device
+from tensorbridge._dtypes import DTYPES, DType
+from tensorbridge._known_types import check_import_order
+
+__all__ = [
+    "ALL_DTYPES",
+    "FLOAT8",
+    "ML_DTYPES",
+    "STANDARD",
+    "SUBBYTE",
+    "Framework",
+    "TensorInfo",
+    "folded",
+    "is_compact",
+    "is_packed",
+    "writable_view",
+]
+
+ALL_DTYPES = frozenset(DTYPES)
+#: By DLPack type code: bfloat16 is 4, the float8 types 7-14, float6/float4 15-17.
+FLOAT8 = frozenset(n for n, d in DTYPES.items() if 7 <= d.code <= 14)
+SUBBYTE = frozenset(n for n, d in DTYPES.items() if 15 <= d.code <= 17)
+ML_DTYPES = FLOAT8 | SUBBYTE | {"bfloat16"}
+STANDARD = ALL_DTYPES - ML_DTYPES
+
+
+class TensorInfo(Protocol):
+    """What the planner's hooks read of a source: a `Tensor`, or the metadata of a
+    capsule that `explain` must not consume."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def dtype(self) -> DType: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def readonly(self) -> bool: ...
+    def data_ptr(self) -> int: ...
+    def is_contiguous(self) -> bool: ...
+
+
+class Framework:
+    """A bridge target. Subclasses fill in the facts and `make`."""
+
+    # -- identity -------------------------------------------------------------
+
+    #: The name `convert` accepts (also the default module name).
+    name: ClassVar[str] = ""
+    #: Other names `convert` accepts for it ("tf", "np").
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: Module names whose types belong to this framework (for detection).
+    modules: ClassVar[tuple[str, ...]] = ()
+    #: The module to import; `None` means `name`.
+    module_name: ClassVar[str | None] = None
+    #: The names users give its modules in code (``np``, ``jnp``), each with the
+    #: module it names: (name, module) pairs, the namespace of ``tensorbridge inspect``.
+    import_names: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: The distribution whose version is its version (None: the module's __version__).
+    distribution: ClassVar[str | None] = None
+    #: How it is written in tables.
+    label: ClassVar[str] = ""
+    #: True when it runs only with a GPU (left out of the CPU interoperability matrix).
+    needs_gpu: ClassVar[bool] = False
+
+    # -- what its consumer takes ------------------------------------------------
+
+    #: DLPack dtypes it can hold.
+    dtypes: ClassVar[frozenset[str]] = ALL_DTYPES
+    #: Layouts its consumer takes without a copy.
+    negative_strides: ClassVar[bool] = True
+    noncompact_strides: ClassVar[bool] = True  # step slices, broadcast (zero) strides
+    permuted: ClassVar[bool] = True  # transposed but compact
+    #: Whether its consumer honours DLTensor.byte_offset ("fold": we move it into
+    #: the data pointer first; "zero": it refuses a nonzero offset, so we fold too).
+    byte_offset: ClassVar[str] = "honours"
+    #: Alignment in bytes its consumer needs to share memory (0: none).
+    alignment: ClassVar[int] = 0
+    #: "flag": honours READ_ONLY; "immutable": its arrays cannot be written anyway;
+    #: "writable": gives only writable tensors (read-only data must be copied).
+    readonly: ClassVar[str] = "writable"
+    #: True when it always copies what it imports.
+    always_copies: ClassVar[bool] = False
+    #: True when it has autograd (requires_grad=).
+    autograd: ClassVar[bool] = False
+    #: True when it holds only CPU memory.
+    host_only: ClassVar[bool] = False
+    #: The import path, as `explain` describes it; `fallback_path` when the
+    #: framework's C exchange table is missing (older versions).
+    path: ClassVar[str] = ""
+    fallback_path: ClassVar[str] = ""
+    #: Quirks tensorbridge handles for this framework: (what, how it is handled).
+    quirks: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: The dtypes the fast path may hand over (default: `dtypes`).
+    fast_dtypes: ClassVar[frozenset[str] | None] = None
+
+    #: The cached `_core.FastTarget` (False: it has none); see `fast_target`.
+    fast_cache: ClassVar[Any] = None
+
+    # -- modules --------------------------------------------------------------
+
+    @classmethod
+    def module(cls) -> Any:
+        """The framework's module, imported (ImportOrderError when importing it
+        would crash the process, ImportError when it is not installed)."""
+        check_import_order(cls.module_name or cls.name)  # ImportOrderError passes through
+        try:
+            return importlib.import_module(cls.module_name or cls.name)
+        except ImportError as exc:
+            raise ImportError(
+                f"converting to {cls.name} needs {cls.module_name or cls.name}, which is not "
+                f"installed ({exc})"
+            ) from exc
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            cls.module()
+        except ImportError:
+            return False
+        return True
+
+    # -- reading its tensors as a source -----------------------------------------
+
+    @classmethod
+    def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
+        """obj as tensorbridge should import it, with what the framework's own export
+        gets wrong fixed first. Calls ``must_copy(why)`` before a fix that copies (it
+        raises under copy=False) and appends to `notes` what else it did."""
+        return obj
+
+    # -- what the planner asks -------------------------------------------------
+
+    @classmethod
+    def unsupported_dtype(cls, dtype_name: str) -> str | None:
+        """Why it cannot hold this dtype, or None if it can."""
+        if dtype_name in cls.dtypes:
+            return None
+        return f"{cls.name} has no {dtype_name} type"
+
+    @classmethod
+    def layout_problem(cls, t: TensorInfo) -> str | None:
+        """Why its consumer cannot take t's layout as it is, or None."""
+        if t.size <= 1:
+            return None
+        strides = [s for s, n in zip(t.strides, t.shape, strict=True) if n != 1]
+        if not cls.negative_strides and any(s < 0 for s in strides):
+            return f"{cls.name} cannot take negative strides"
+        if not cls.noncompact_strides and not is_compact(t):
+            return f"{cls.name} takes only compact layouts (no step slices or zero strides)"
+        if not cls.permuted and not t.is_contiguous():
+            return f"{cls.name} takes only C-contiguous layouts"
+        return None
+
+    @classmethod
+    def precopy_reasons(cls, t: TensorInfo) -> list[str]:
+        """Why t must be copied before this framework can take it (layout,
+        alignment, read-only data for writable-only frameworks)."""
+        reasons = []
+        layout = cls.layout_problem(t)
+        if layout:
+            reasons.append(layout)
+        if cls.alignment and t.size and t.data_ptr() % cls.alignment:
+            ptr = t.data_ptr()
+            reasons.append(
+                f"{cls.name} shares only {cls.alignment}-byte aligned memory; this is "
+                f"{ptr & -ptr}-byte aligned"
+            )
+        if t.readonly and cls.readonly == "writable" and not cls.always_copies:
+            reasons.append(f"{cls.name} tensors are always writable and the data is read-only")
+        return reasons
+
+    @classmethod
+    def own_copy_reasons(cls, t: TensorInfo) -> list[str]:
+        """Why the framework itself will copy what it is given."""
+        return [f"{cls.name} always copies"] if cls.always_copies else []
+
+    # -- doing it --------------------------------------------------------------
+
+    @classmethod
+    def exchange_type(cls) -> Any:
+        """The type whose DLPack C exchange table builds this framework's tensors
+        (``managed_tensor_to_py_object_no_sync``), or None."""
+        return None
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        """For frameworks without an exchange table: what makes the result from a
+        Tensor it takes as it is ("identity" for the Tensor itself), or None."""
+        return None
+
+    @classmethod
+    def fast_target(cls) -> Any:
+        """A `_core.FastTarget` for this framework (its exchange table, or its
+        `fast_maker`), cached; None when it has neither."""
+        cached = cls.__dict__.get("fast_cache")
+        if cached is None:
+            try:
+                tp = cls.exchange_type()
+            except ImportError:
+                return None  # not installed: nothing to cache yet
+            maker = cls.fast_maker() if tp is None else None
+            cached = False
+            if tp is not None or maker is not None:
+                try:
+                    cached = _core.FastTarget(
+                        target_type=tp,
+                        dtypes=[DTYPES[n] for n in (cls.fast_dtypes or cls.dtypes)],
+                        negative_strides=cls.negative_strides,
+                        noncompact=cls.noncompact_strides,
+                        permuted=cls.permuted,
+                        offset_ok=cls.byte_offset == "honours",
+                        readonly_ok=cls.readonly != "writable" or cls.always_copies,
+                        alignment=cls.alignment,
+                        maker=maker,
+                    )
+                except TypeError:
+                    cached = False  # no usable table: the Python-level importer
+            cls.fast_cache = cached
+        return cached or None
+
+    @classmethod
+    def import_path(cls) -> str:
+        """The path `make` takes here (with this framework's version)."""
+        if cls.fallback_path and cls.fast_target() is None:
+            return cls.fallback_path
+        return cls.path
+
+    @classmethod
+    def make(cls, t: Tensor) -> Any:
+        """Import t (already made acceptable by the planner) into the framework."""
+        raise NotImplementedError
+
+    @classmethod
+    def dtype_name(cls, obj: Any) -> str:
+        """The DLPack dtype name of one of its arrays (the planner checks the result)."""
+        return str(obj.dtype).rsplit(".", 1)[-1]
+
+    @classmethod
+    def set_requires_grad(cls, obj: Any) -> Any:
+        raise ValueError(f"requires_grad=True: {cls.name} has no autograd")
+
+
+# --------------------------------------------------------------------------
+# Layout helpers the frameworks share
+# --------------------------------------------------------------------------
+
+
+def is_compact(t: TensorInfo) -> bool:
+    """Every element once, without gaps: some permutation of a C-contiguous layout."""
+    dims = sorted(
+        ((abs(s), n) for s, n in zip(t.strides, t.shape, strict=True) if n != 1), key=lambda d: d[0]
+    )
+    expected = 1
+    for stride, n in dims:
+        if stride != expected:
+            return False
+        expected *= n
+    return all(s >= 0 for s, n in zip(t.strides, t.shape, strict=True) if n != 1)
+
+
+def is_packed(t: Any) -> bool:
+    """Bit-packed float6/float4 (a Tensor, or explain's metadata of a capsule)."""
+    return bool(_core.is_packed(t)) if type(t) is Tensor else bool(t.packed)
+
+
+def writable_view(t: Tensor) -> Tensor:
+    """A writable-flagged view, for consumers whose arrays are immutable anyway
+    (JAX, TensorFlow) or that copy (MLX) but only read legacy capsules."""
+    return _core.set_readonly(t, False) if t.readonly else t
+
+
+def folded(t: Tensor) -> Tensor:
+    """t with its byte_offset folded into the data pointer (CPU memory)."""
+    return _core.fold_offset(t)

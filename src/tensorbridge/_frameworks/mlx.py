@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MLX as a bridge target: it always copies, narrows 64-bit floats in
+``from_dlpack``, and must never be handed a capsule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorbridge._core import Tensor
+from tensorbridge._frameworks.base import STANDARD, Framework, writable_view
+
+__all__ = ["MlxFramework"]
+
+
+class MlxFramework(Framework):
+    name = "mlx"
+    aliases = ("mx",)
+    modules = ("mlx",)
+    module_name = "mlx.core"
+    import_names = (("mlx", "mlx"), ("mx", "mlx.core"))
+    distribution = "mlx"
+    label = "mlx"
+    host_only = True
+    dtypes = (STANDARD - {"complex128"}) | {"bfloat16"}
+    negative_strides = False
+    always_copies = True
+    path = "mlx.core.from_dlpack (MLX always copies into its own memory)"
+    quirks = (
+        (
+            "mx.from_dlpack silently narrows float64 to float32 and complex128 to complex64",
+            "float64 goes through mx.array(..., dtype=mx.float64); complex128 is refused",
+        ),
+        (
+            "mx.from_dlpack calls the producer's deleter without renaming a capsule, so a "
+            "capsule used twice is read after it was freed (a segfault)",
+            "tensorbridge never hands MLX a capsule, only a fresh object each time",
+        ),
+        (
+            "MLX refuses negative strides",
+            "such data is copied to a C-contiguous array first",
+        ),
+    )
+
+    @classmethod
+    def make(cls, t: Tensor) -> Any:
+        mx = cls.module()
+        if t.dtype.name == "float64":
+            return mx.array(t.numpy(), dtype=mx.float64)
+        return mx.from_dlpack(writable_view(t))

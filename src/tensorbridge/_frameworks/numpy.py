@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+"""NumPy as a bridge target and a source: a NumPy view of the memory, through the
+buffer protocol, with ml_dtypes types for bfloat16 and float8."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tensorbridge._core import Tensor
+from tensorbridge._frameworks.base import ML_DTYPES, STANDARD, Framework, TensorInfo, is_packed
+
+__all__ = ["NumpyFramework"]
+
+
+class NumpyFramework(Framework):
+    name = "numpy"
+    aliases = ("np",)
+    modules = ("numpy",)
+    import_names = (("numpy", "numpy"), ("np", "numpy"))
+    distribution = "numpy"
+    label = "numpy"
+    host_only = True
+    readonly = "flag"
+    path = "a NumPy view of the memory (buffer protocol; ml_dtypes for bfloat16/float8)"
+    quirks = (
+        (
+            "numpy.from_dlpack cannot import bfloat16 or float8 (NumPy 2.4 has no DLPack "
+            "mapping for ml_dtypes types)",
+            "tensorbridge makes the NumPy view itself, with the ml_dtypes dtype",
+        ),
+        (
+            "NumPy refuses to export read-only arrays as legacy capsules",
+            "tensorbridge asks for versioned capsules and keeps READ_ONLY",
+        ),
+    )
+    # Without the planner only NumPy's own dtypes (ml_dtypes ones need its checks).
+    fast_dtypes = STANDARD
+
+    @classmethod
+    def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(obj, numpy.generic):
+            must_copy(f"a {type(obj).__name__} is a value, not memory to share")
+        return obj
+
+    @classmethod
+    def unsupported_dtype(cls, dtype_name: str) -> str | None:
+        if dtype_name in ML_DTYPES and "ml_dtypes" not in sys.modules:
+            try:
+                importlib.import_module("ml_dtypes")
+            except ImportError:
+                return f"numpy needs the ml_dtypes package for {dtype_name}"
+        return None
+
+    @classmethod
+    def layout_problem(cls, t: TensorInfo) -> str | None:
+        if is_packed(t):
+            return f"numpy stores {t.dtype.name} one element per byte (unpacking copies)"
+        return None
+
+    @classmethod
+    def make(cls, t: Tensor) -> Any:
+        return t.numpy()
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        return Tensor.numpy

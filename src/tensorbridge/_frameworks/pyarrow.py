@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyArrow as a bridge target and a source: immutable arrays, bit-packed booleans,
+1-d ``Array`` or n-d ``Tensor``, chunked arrays without export."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tensorbridge._core import Tensor
+from tensorbridge._frameworks.base import Framework, TensorInfo
+
+__all__ = ["PyarrowFramework"]
+
+
+class PyarrowFramework(Framework):
+    name = "pyarrow"
+    aliases = ("pa",)
+    modules = ("pyarrow",)
+    import_names = (("pa", "pyarrow"), ("pyarrow", "pyarrow"))
+    distribution = "pyarrow"
+    label = "pa"
+    host_only = True
+    dtypes = frozenset(
+        {
+            "bool",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "float16",
+            "float32",
+            "float64",
+        }
+    )
+    negative_strides = False
+    readonly = "immutable"
+    path = "pyarrow.Array.from_dlpack (1-d) or pyarrow.Tensor.from_dlpack (other shapes)"
+    quirks = (
+        (
+            "Arrow booleans are bit-packed, so pyarrow neither exports nor imports bool "
+            "over DLPack",
+            "bool arrays are converted through pyarrow.array (a copy), both ways",
+        ),
+        (
+            "pyarrow insists on a versioned capsule after asking max_version=(1, 3)",
+            "tensorbridge always answers versioned requests with versioned capsules",
+        ),
+        (
+            "pyarrow.Array.from_dlpack takes only 1-d contiguous data; Tensor takes no "
+            "negative strides",
+            "1-d strided data is copied; negative strides are copied",
+        ),
+        (
+            "pyarrow.ChunkedArray has no DLPack export",
+            "convert joins the chunks first (a copy when there is more than one)",
+        ),
+        (
+            "asked for a legacy capsule, pyarrow exports its read-only memory anyway, so "
+            "legacy-only consumers (tvm-ffi) get writable access to Arrow buffers",
+            "tensorbridge imports PyArrow data read-only and copies it for writable-only targets",
+        ),
+    )
+
+    @classmethod
+    def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
+        if type(obj).__name__ == "ChunkedArray":
+            if obj.num_chunks != 1:
+                must_copy("a pyarrow.ChunkedArray with several chunks is joined (a copy)")
+            obj = obj.combine_chunks()
+        if str(getattr(obj, "type", "")) == "bool":
+            must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
+            obj = obj.to_numpy(zero_copy_only=False)
+        return obj
+
+    @classmethod
+    def layout_problem(cls, t: TensorInfo) -> str | None:
+        problem = super().layout_problem(t)
+        if problem is None and t.ndim == 1 and not t.is_contiguous():
+            return "pyarrow.Array takes only contiguous 1-d data"
+        return problem
+
+    @classmethod
+    def own_copy_reasons(cls, t: TensorInfo) -> list[str]:
+        if t.dtype.name == "bool":
+            return ["Arrow booleans are bit-packed (pyarrow copies them)"]
+        return []
+
+    @classmethod
+    def make(cls, t: Tensor) -> Any:
+        pa = cls.module()
+        if t.dtype.name == "bool":
+            values = pa.array(t.numpy().reshape(-1))
+            return values if t.ndim == 1 else pa.Tensor.from_numpy(t.numpy())
+        if t.ndim == 1:
+            return pa.Array.from_dlpack(t)
+        return pa.Tensor.from_dlpack(t)
+
+    @classmethod
+    def dtype_name(cls, obj: Any) -> str:
+        pa = cls.module()
+        arrow_type = obj.type
+        if arrow_type == pa.bool_():
+            return "bool"
+        name = str(arrow_type)
+        return {"halffloat": "float16", "float": "float32", "double": "float64"}.get(name, name)

@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. The compiled front doors: convert's and asarray's
+# fast paths, which hand everything else to the Python fallbacks that
+# tensorbridge/__init__.py registers (this extension never imports upward).
+
+cimport cython
+from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport memset
+from tensorbridge._dlpack cimport *
+
+from types import ModuleType as _ModuleType
+
+
+# --------------------------------------------------------------------------
+# The Python fallbacks, registered by tensorbridge/__init__.py
+# --------------------------------------------------------------------------
+#
+# What needs the Python layer (the general asarray, the convert planner, the NumPy
+# operations behind the Tensor surface) is handed in from above, so this extension
+# never imports a module that imports it. The loaders import on first use: NumPy
+# and the planner stay out of `import tensorbridge`.
+
+cdef dict _fallbacks = {}
+cdef object _numpy_ops_mod = None
+
+
+def register_fallbacks(*, asarray, load_convert, load_numpy_ops):
+    """Set the Python layer's entry points: ``asarray(obj, *, dtype, device, copy)``;
+    ``load_convert()`` -> ``convert_general(obj, to, *, dtype, device, copy,
+    requires_grad)``; ``load_numpy_ops()`` -> the module of NumPy operations."""
+    _fallbacks.update(asarray=asarray, load_convert=load_convert,
+                      load_numpy_ops=load_numpy_ops)
+
+
+cdef object _fallback(str name):
+    try:
+        return _fallbacks[name]
+    except KeyError:
+        raise RuntimeError(
+            f"tensorbridge._core: no {name} fallback registered; import tensorbridge, "
+            "not tensorbridge._core alone") from None
+
+
+cdef object _numpy_ops():
+    """The NumPy operations behind the Tensor surface, loaded on first use."""
+    global _numpy_ops_mod
+    if _numpy_ops_mod is None:
+        _numpy_ops_mod = _fallback("load_numpy_ops")()
+    return _numpy_ops_mod
+
+
+# --------------------------------------------------------------------------
+# convert's fast path: sources we read in C, targets with an exchange table
+# --------------------------------------------------------------------------
+
+# Types whose tensors convert may read through their exchange table without the
+# Python-level source reading (mutable frameworks: torch, paddle); the planner
+# registers them (register_fast_source) when it first reads one.
+cdef set _fast_sources = set()
+
+
+def register_fast_source(tp):
+    _fast_sources.add(tp)
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class FastTarget:
+    """What a target framework's importer takes as it is (the fast subset of
+    Framework.precopy_reasons), and its exchange table."""
+    cdef const DLPackExchangeAPI* api
+    cdef bint accept[18][129]
+    cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
+    cdef int64_t alignment
+    cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
+
+    def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
+                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
+                 maker=None):
+        self.maker = maker
+        self.api = NULL
+        if maker is None:
+            self.api = _exchange_api_lookup(target_type)
+            if self.api == NULL:
+                raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
+        memset(self.accept, 0, sizeof(self.accept))
+        for d in dtypes:
+            self.accept[<int>d.code][<int>d.bits] = True
+        self.negative_strides = negative_strides
+        self.noncompact = noncompact
+        self.permuted = permuted
+        self.offset_ok = offset_ok
+        self.readonly_ok = readonly_ok
+        self.alignment = alignment
+
+    def __call__(self, Tensor t):
+        """The target's object for t (no checks)."""
+        return self.make(t)
+
+    cdef object make(self, Tensor t):
+        if self.maker is None:
+            return _to_py(self.api, t)
+        if self.maker == "identity":
+            return t
+        return self.maker(t)
+
+    cdef bint takes(self, Tensor t):
+        cdef int i
+        cdef bint negative = False, contiguous
+        if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
+            return False
+        if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
+            return False
+        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
+            return False
+        if t._byte_offset != 0 and not self.offset_ok:
+            return False
+        if self.alignment and t._size() and (<uintptr_t>t._ptr()) % self.alignment:
+            return False
+        if t._size() <= 1 or t._c_contiguous():
+            return True
+        if not (self.noncompact and self.permuted):
+            return False   # leave the finer layout rules to the planner
+        for i in range(t._ndim):
+            if t._shape[i] > 1 and t._strides[i] < 0:
+                negative = True
+        return self.negative_strides or not negative
+
+
+def _fast_convert(FastTarget target, obj):
+    """convert(obj, target) when nothing needs planning: obj is a Tensor, a NumPy
+    array or a registered source type, and target takes it as it is. None otherwise
+    (the planner decides)."""
+    cdef Tensor t
+    cdef _ApiSlot* slot
+    if type(obj) is Tensor:
+        t = <Tensor>obj
+    elif _is_ndarray(obj):
+        t = _import_ndarray(obj)
+        if t is None:
+            return None
+    elif _use_exchange_api and type(obj) in _fast_sources:
+        slot = _type_slot(obj)
+        if slot.api == NULL:
+            return None
+        t = _from_exchange_api(obj, slot.api, None, True, slot.flags)
+        if t is None:
+            return None
+    else:
+        return None
+    if not target.takes(t):
+        return None
+    return target.make(t)
+
+
+# target (a name or module) -> FastTarget, set by the planner (set_fast_target) once
+# it has converted to that target; see _fast_convert.
+cdef dict _fast_targets = {}
+cdef object _convert_general = None
+
+
+def set_fast_target(to, FastTarget target):
+    _fast_targets[to] = target
+
+
+def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
+
+    Parameters
+    ----------
+    obj : object
+        Anything :func:`asarray` accepts, and the frameworks' own types (TensorFlow
+        tensors and variables, PyArrow arrays and chunked arrays, JAX arrays...).
+    to : str or module
+        ``"numpy"``, ``"torch"``, ``"jax"``, ``"paddle"``, ``"tensorflow"``, ``"mlx"``,
+        ``"cupy"``, ``"pyarrow"``, ``"array_api_strict"``, ``"tvm_ffi"``,
+        ``"tensorbridge"``, or that framework's module.
+    dtype : dtype-like, optional
+        The result's dtype (a cast, so a copy); by default the source's.
+    copy : bool, optional
+        ``None``: copy only when the target cannot take the data as it is.
+        ``True``: always a copy. ``False``: never; BufferError saying what the target
+        cannot take.
+    requires_grad : bool
+        A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
+        ValueError for targets without autograd.
+
+    Returns
+    -------
+    The target framework's array, with the source's values, shape and dtype (or
+    ``dtype``). Read-only sources stay read-only where the target can say so and are
+    copied where it cannot.
+
+    Examples
+    --------
+    >>> import numpy as np, tensorbridge as tb
+    >>> a = np.arange(6.0)[::-1]
+    >>> x = tb.convert(a, "torch")      # torch cannot take negative strides: a copy
+    >>> tb.explain(a, "torch").shares_memory
+    False
+    """
+    global _convert_general
+    cdef FastTarget target
+    if dtype is None and device is None and copy is None and requires_grad is False and (
+            type(to) is str or type(to) is _ModuleType):
+        target = _fast_targets.get(to)
+        if target is not None:
+            result = _fast_convert(target, obj)
+            if result is not None:
+                return result
+    if _convert_general is None:
+        _convert_general = _fallback("load_convert")()
+    return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
+                            requires_grad=requires_grad)
+
+
+cdef object _asarray_general = None
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    """Turn ``obj`` into a Tensor, sharing its memory whenever possible.
+
+    See :func:`tensorbridge._creation.asarray` for the full rules; this compiled
+    front door answers the common calls (a Tensor, a NumPy array, nothing else
+    asked) without entering the Python layer.
+    """
+    global _asarray_general
+    cdef _ApiSlot* slot
+    cdef Tensor fast
+    if dtype is None and device is None and copy is None:
+        if type(obj) is Tensor:
+            return obj
+        if _is_ndarray(obj):
+            fast = _import_ndarray(obj)
+            if fast is not None:
+                return fast
+            try:
+                return _from_producer(obj, None, None, None)
+            except BufferError:
+                pass  # e.g. ml_dtypes arrays, which NumPy cannot export: the general path
+        elif _use_exchange_api:
+            slot = _type_slot(obj)
+            if slot.api != NULL:
+                # Torch bit views: None here, resolved (copied) by the general path.
+                fast = _from_exchange_api(obj, slot.api, None, True, slot.flags)
+                if fast is not None:
+                    return fast
+    if _asarray_general is None:
+        _asarray_general = _fallback("asarray")
+    return _asarray_general(obj, dtype=dtype, device=device, copy=copy)

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Memory of ours: aligned allocation, overflow-checked int64 arithmetic, and the
+ * strided copy into C order behind every copy tensorbridge makes.
+ */
+#ifndef TENSORBRIDGE_MEMORY_H_
+#define TENSORBRIDGE_MEMORY_H_
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+/* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); blocks
+ * of 4 MiB or more are 2 MiB aligned and, where the kernel supports it, backed by
+ * transparent huge pages, so first writes fault 512 times less often (NumPy
+ * does the same). Free with free(). Returns NULL when out of memory. */
+static void *tb_alloc(size_t nbytes) {
+  void *memory = NULL;
+  const size_t huge = (size_t)1 << 21;
+  int large = nbytes >= ((size_t)1 << 22);
+  if (posix_memalign(&memory, large ? huge : 64, nbytes) != 0) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (large) madvise(memory, nbytes & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+  return memory;
+}
+
+/* a * b into *out; nonzero when the product overflows int64. */
+static inline int tb_mul_overflow(int64_t a, int64_t b, int64_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+/* a + b into *out; nonzero when the sum overflows int64. */
+static inline int tb_add_overflow(int64_t a, int64_t b, int64_t *out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
+/* Copy an n-d strided array (byte strides) into a C-contiguous buffer.
+ * shape must have no zero extent; ndim <= 64. */
+static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const int64_t *shape,
+                                  const int64_t *byte_strides, size_t itemsize) {
+  int64_t index[64];
+  if (ndim == 0) {
+    memcpy(dst, src, itemsize);
+    return;
+  }
+  const int64_t inner = shape[ndim - 1];
+  const int64_t step = byte_strides[ndim - 1];
+  for (int d = 0; d < ndim; ++d) index[d] = 0;
+  for (;;) {
+    if (step == (int64_t)itemsize) {
+      memcpy(dst, src, (size_t)inner * itemsize);
+      dst += (size_t)inner * itemsize;
+    } else {
+      const char *p = src;
+      switch (itemsize) {
+#define TB_COPY_CASE(N)                        \
+  case N:                                      \
+    for (int64_t i = 0; i < inner; ++i) {      \
+      memcpy(dst, p, N);                       \
+      dst += N;                                \
+      p += step;                               \
+    }                                          \
+    break;
+        TB_COPY_CASE(1)
+        TB_COPY_CASE(2)
+        TB_COPY_CASE(4)
+        TB_COPY_CASE(8)
+        TB_COPY_CASE(16)
+#undef TB_COPY_CASE
+        default:
+          for (int64_t i = 0; i < inner; ++i) {
+            memcpy(dst, p, itemsize);
+            dst += itemsize;
+            p += step;
+          }
+      }
+    }
+    int d = ndim - 2;
+    for (; d >= 0; --d) {
+      src += byte_strides[d];
+      if (++index[d] < shape[d]) break;
+      src -= byte_strides[d] * shape[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+#endif /* TENSORBRIDGE_MEMORY_H_ */

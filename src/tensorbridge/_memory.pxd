@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+# Interface of _memory.h: aligned allocation, checked arithmetic, strided copy.
+
+from libc.stdint cimport int64_t
+
+cdef extern from "_memory.h" nogil:
+    void* tb_alloc(size_t nbytes) noexcept
+    bint tb_mul_overflow(int64_t a, int64_t b, int64_t* out) noexcept
+    bint tb_add_overflow(int64_t a, int64_t b, int64_t* out) noexcept
+    void tb_copy_to_contiguous(char* dst, const char* src, int ndim, const int64_t* shape,
+                               const int64_t* byte_strides, size_t itemsize) noexcept

@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. Ownership: adopting a managed tensor, calling its
+# deleter once, and the queue of deleters put off while one of our export
+# deleters runs (docs/design.md, "Ownership and lifetime").
+
+from libc.stdint cimport uint32_t, uintptr_t
+from libc.stdlib cimport free
+from tensorbridge._dlpack cimport *
+from tensorbridge._cpython cimport *
+from tensorbridge._lifetime cimport *
+
+
+cdef inline void _call_deleter(void* managed, int kind) noexcept:
+    tb_call_deleter(managed, kind == OWN_VERSIONED)
+
+
+# Producer deleters put off while one of our export deleters runs (see Tensor.__dealloc__).
+cdef list _deferred_deleters = []
+cdef bint _drain_scheduled = False
+
+cdef int _run_deferred_deleters(void* arg) noexcept with gil:
+    global _drain_scheduled
+    _drain_scheduled = False
+    while _deferred_deleters:
+        address, kind = _deferred_deleters.pop()
+        _call_deleter(<void*><uintptr_t>address, kind)
+    return 0
+
+
+cdef void _defer_deleter(void* managed, int kind) noexcept:
+    """Call a producer's deleter soon, from the interpreter loop, not from inside
+    the foreign deleter that is releasing us (which may hold a lock it needs)."""
+    global _drain_scheduled
+    try:
+        _deferred_deleters.append((<uintptr_t>managed, kind))
+        if not _drain_scheduled:
+            if Py_AddPendingCall(_run_deferred_deleters, NULL) != 0:
+                raise MemoryError("the pending-call queue is full")
+            _drain_scheduled = True
+    except BaseException:
+        # Cannot defer: releasing now risks that lock, but never leaks or double-frees.
+        if _deferred_deleters and _deferred_deleters[-1][0] == <uintptr_t>managed:
+            _deferred_deleters.pop()
+        _call_deleter(managed, kind)
+
+
+cdef void _release_managed(void* managed, int kind) noexcept:
+    """Call a producer's deleter now, or soon when one of our export deleters is
+    running (the framework calling it may hold a lock the deleter needs)."""
+    if tb_export_release_depth > 0:
+        _defer_deleter(managed, kind)
+    else:
+        _call_deleter(managed, kind)
+
+
+def export_release_depth():
+    """How many export deleters of ours are running (for tests)."""
+    return tb_export_release_depth
+
+
+cdef Tensor _adopt(void* managed, int kind):
+    """Own a managed tensor (handed over by a C exchange table)."""
+    cdef Tensor t
+    try:
+        t = _new_tensor()
+    except BaseException:
+        _call_deleter(managed, kind)
+        raise
+    t._managed = managed
+    t._owner_kind = kind
+    return t
+
+
+cdef int _raise_major_version(uint32_t major, uint32_t minor, str api, str what) except -1:
+    raise BufferError(
+        f"{api}: {what} holds DLPack version {major}.{minor}; tensorbridge reads "
+        f"major version {TB_DLPACK_MAJOR} (up to {TB_DLPACK_MAJOR}.{TB_DLPACK_MINOR})")
+
+
+cdef Tensor _adopt_versioned(DLManagedTensorVersioned* managed, str api, str what,
+                             object producer=None):
+    """Own a versioned managed tensor that a C exchange table handed over (from
+    `producer`'s table, or to ours), then check its version and description: it
+    is ours from the start (no capsule can free it), so on failure the Tensor's
+    __dealloc__ calls its deleter, once."""
+    cdef Tensor t = _adopt(managed, OWN_VERSIONED)
+    if managed.version.major != TB_DLPACK_MAJOR:
+        # Only version, manager_ctx, deleter and flags may be read now.
+        if producer is not None:
+            what = f"{type(producer).__name__}'s exchange table gave a tensor that"
+        _raise_major_version(managed.version.major, managed.version.minor, api, what)
+    _fill(t, &managed.dl_tensor, managed.flags)
+    return t

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Allocation and copies (_alloc.pxi): memory of ours is 64-byte aligned; copies are
+C-contiguous and private; casts and moves copy only when they must."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from producers import fake_device_producer
+
+import tensorbridge as tb
+
+
+def grid():
+    a = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
+    return a, tb.asarray(a)
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 100, 4097, 1 << 20])
+def test_allocations_are_64_byte_aligned(n):
+    for t in (
+        tb.empty(n),
+        tb.zeros(n, dtype="int8"),
+        tb.asarray([1.0] * min(n, 1000)),
+        tb.asarray(np.arange(n), copy=True),
+        tb.asarray(np.arange(n)).astype("int16"),
+    ):
+        assert t.data_ptr() % 64 == 0
+
+
+def test_copy_and_contiguous():
+    _, t = grid()
+    v = t[:, ::2]
+    c = v.copy()
+    assert c.is_contiguous() and c.tolist() == v.tolist() and c.data_ptr() != v.data_ptr()
+    assert v.contiguous().is_contiguous()
+    assert t.contiguous() is t
+    with pytest.raises(BufferError, match="cannot copy cuda:0 memory"):
+        tb.from_dlpack(fake_device_producer((2, 0))).copy()
+
+
+def test_astype_and_to():
+    t = tb.asarray([1.7, -2.5])
+    assert t.astype(tb.int32).tolist() == [1, -2]
+    assert t.astype("float32") is not t
+    assert t.astype("float32", copy=False) is t
+    assert t.to("float64").dtype == tb.float64
+    assert t.to("cpu") is t
+    assert t.to(device="cpu", dtype="int8").tolist() == [1, -2]
+    assert t.to("cpu", copy=True) is not t
+    with pytest.raises(BufferError, match="cannot move cpu memory to cuda:0"):
+        t.to("cuda")

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The framework registry (_frameworks/): targets by name, alias and module, frameworks
+imported only when needed, and each framework's facts and quirks as convert applies
+them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from needs import needs
+from producers import fake_device_producer
+
+import tensorbridge as tb
+from tensorbridge._frameworks import FRAMEWORKS
+
+# --------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------
+
+
+@needs("torch")
+def test_targets_by_name_alias_and_module():
+    import torch
+
+    a = np.arange(3.0)
+    for to in ("torch", "pytorch", torch):
+        assert isinstance(tb.convert(a, to), torch.Tensor)
+    assert isinstance(tb.convert(a, np), np.ndarray)
+    assert isinstance(tb.convert(a, "tb"), tb.Tensor)
+    with pytest.raises(ValueError, match="unknown target framework 'torchx'"):
+        tb.convert(a, "torchx")
+    with pytest.raises(TypeError, match="must be a framework name or module"):
+        tb.convert(a, 3)
+
+
+def test_frameworks_are_imported_only_when_needed():
+    others = sorted({m for f in FRAMEWORKS.values() for m in f.modules} - {"numpy", "tensorbridge"})
+    code = (
+        "import sys, numpy as np, tensorbridge as tb; "
+        "tb.convert(np.arange(3.0), 'numpy'); tb.explain(np.arange(3.0), 'tensorbridge'); "
+        f"print(sorted(m for m in {others!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.strip() == "[]"
+
+
+# --------------------------------------------------------------------------
+# Each framework
+# --------------------------------------------------------------------------
+
+
+@needs("paddle")
+def test_requires_grad_paddle():
+    y = tb.convert(np.arange(3.0), "paddle", requires_grad=True)
+    assert y.stop_gradient is False
+
+
+@needs("jax")
+def test_jax_without_x64_raises_with_the_fix():
+    import jax
+
+    was = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(
+            BufferError, match=r"without 64-bit types.*jax.config.update\('jax_enable_x64', True\)"
+        ):
+            tb.convert(np.arange(3.0), "jax")
+        assert tb.convert(np.arange(3.0), "jax", dtype="float32").dtype == "float32"
+    finally:
+        jax.config.update("jax_enable_x64", was)
+
+
+@needs("jax")
+def test_jax_sources_are_read_only():
+    import jax.numpy as jnp
+
+    x = jnp.arange(4.0)
+    b = tb.convert(x, "numpy")
+    assert not b.flags.writeable
+    plan = tb.explain(x, "numpy")
+    assert "jax arrays are immutable: the data is treated as read-only" in plan.notes
+
+
+@needs("paddle")
+def test_paddle_uint16_is_refused_not_relabelled():
+    with pytest.raises(BufferError, match="paddle has no uint16 type"):
+        tb.convert(np.arange(3, dtype=np.uint16), "paddle")
+    y = tb.convert(np.arange(3, dtype=np.uint16), "paddle", dtype="int32")
+    assert str(y.dtype) == "paddle.int32" and y.tolist() == [0, 1, 2]
+
+
+@needs("mlx")
+def test_mlx_keeps_float64_and_refuses_complex128():
+    import mlx.core as mx
+
+    assert tb.convert(np.arange(3.0), "mlx").dtype == mx.float64
+    with pytest.raises(BufferError, match="mlx has no complex128 type"):
+        tb.convert(np.zeros(2, dtype=np.complex128), "mlx")
+    with pytest.raises(BufferError, match="copy=False, but mlx always copies"):
+        tb.convert(np.arange(3.0), "mlx", copy=False)
+
+
+@needs("pyarrow")
+def test_pyarrow_sources_and_bool():
+    import pyarrow as pa
+
+    chunked = pa.chunked_array([[1, 2], [3]])
+    assert tb.convert(chunked, "numpy").tolist() == [1, 2, 3]
+    assert "several chunks" in tb.explain(chunked, "numpy").copies[0]
+    flags = pa.array([True, False, True])
+    assert tb.convert(flags, "numpy").tolist() == [True, False, True]
+    back = tb.convert(np.array([True, False]), "pyarrow")
+    assert back.type == pa.bool_() and back.to_pylist() == [True, False]
+    assert tb.convert(np.arange(6.0).reshape(2, 3), "pyarrow").shape == (2, 3)
+
+
+@needs("tensorflow")
+def test_tensorflow_variables():
+    import tensorflow as tf
+
+    v = tf.Variable([1.0, 2.0])
+    assert tb.convert(v, "numpy").tolist() == [1.0, 2.0]
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    calls = []
+    cupy = types.ModuleType("cupy")
+    cupy.from_dlpack = lambda x: calls.append(("from_dlpack", x)) or x
+    cupy.asarray = lambda x: calls.append(("asarray", x)) or x
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return calls
+
+
+def test_cupy_copies_cpu_data_to_the_gpu(fake_cupy):
+    a = np.arange(3.0)
+    plan = tb.explain(a, "cupy")
+    assert plan.copies == ["cupy holds GPU memory: the cpu data is copied to the GPU"]
+    tb.convert(a, "cupy")
+    assert fake_cupy[0][0] == "asarray"
+    with pytest.raises(BufferError, match="copy=False, but cupy holds GPU memory"):
+        tb.convert(a, "cupy", copy=False)
+
+
+def test_cupy_shares_cuda_memory(fake_cupy):
+    t = tb.from_dlpack(fake_device_producer((2, 0)))
+    assert tb.explain(t, "cupy").shares_memory
+    tb.convert(t, "cupy")
+    assert fake_cupy == [("from_dlpack", t)]
