@@ -36,7 +36,7 @@ cdef inline const char* _buffer_format(DLDataType dt, uint64_t flags) noexcept:
     return tb_format_of(dt.code, dt.bits)
 
 
-cdef inline bint _native_order_char(char c) noexcept:
+cdef inline bint _is_native_order(char c) noexcept:
     return c == b'@' or c == b'=' or c == TB_NATIVE_ORDER
 
 
@@ -44,7 +44,7 @@ cdef inline int _format_code(const char* fmt) noexcept:
     """The DLPack type code of a native buffer format (fast path), or -1."""
     if fmt == NULL:
         return kDLUInt
-    if _native_order_char(fmt[0]):
+    if _is_native_order(fmt[0]):
         fmt += 1
     if fmt[0] == b'c' or fmt[0] == b'n' or fmt[0] == b'N':
         return -1   # valid, but never NumPy's: the general reading takes them
@@ -63,8 +63,8 @@ cdef DLDataType _buffer_dtype(const char* fmt, Py_ssize_t itemsize) except *:
     cdef DLDataType dt
     dt.lanes = 1
     dt.bits = itemsize * 8
-    if body[0] == b'<' or body[0] == b'>' or body[0] == b'!' or _native_order_char(body[0]):
-        if itemsize > 1 and not _native_order_char(body[0]):
+    if body[0] == b'<' or body[0] == b'>' or body[0] == b'!' or _is_native_order(body[0]):
+        if itemsize > 1 and not _is_native_order(body[0]):
             raise BufferError(
                 f"asarray(): buffer format {text.decode()!r} is not in native byte order")
         body += 1

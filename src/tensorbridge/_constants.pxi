@@ -5,9 +5,7 @@
 from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memset
-from libc.stdlib cimport free
 from tensorbridge._dlpack cimport *
-from tensorbridge._memory cimport *
 
 from tensorbridge._dtypes import DTYPES as _DTYPES
 from tensorbridge._devices import DLDeviceType as _DLDeviceType, cached_device as _make_device

@@ -30,6 +30,20 @@ __all__ = ["arange", "asarray", "empty", "full", "ones", "zeros"]
 _CPU = Device("cpu")
 
 
+_torch_quirks_module: Any = None
+
+
+def _torch_quirks() -> Any:
+    """tensorbridge._frameworks.torch once torch is loaded (no torch tensor can exist
+    before), else None; imported once, as it loads the framework registry."""
+    global _torch_quirks_module
+    if _torch_quirks_module is None and "torch" in sys.modules:
+        from tensorbridge._frameworks import torch as module
+
+        _torch_quirks_module = module
+    return _torch_quirks_module
+
+
 def _numpy_ops() -> Any:
     from tensorbridge import _numpy
 
@@ -132,15 +146,13 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
 
 def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None) -> tuple[Tensor, bool]:
     """Import a DLPack object or capsule, asking the producer for device moves."""
-    if "torch" in sys.modules:
-        from tensorbridge._frameworks import torch as torch_quirks
-
-        if torch_quirks.has_view_bits(obj):
-            # Its memory holds other values than it shows: only a resolved copy is right.
-            _refuse_copy_false(
-                copy, "a torch view with the negative/conjugate bit set must be resolved (copied)"
-            )
-            return from_dlpack(torch_quirks.resolve_view_bits(obj), device=device), True
+    torch_quirks = _torch_quirks()
+    if torch_quirks is not None and torch_quirks.has_view_bits(obj):
+        # Its memory holds other values than it shows: only a resolved copy is right.
+        _refuse_copy_false(
+            copy, "a torch view with the negative/conjugate bit set must be resolved (copied)"
+        )
+        return from_dlpack(torch_quirks.resolve_view_bits(obj), device=device), True
     if copy is False and device is not None and not _core.is_capsule(obj):
         source = Device(obj)  # uses __dlpack_device__
         if source != device and not (device == _CPU and int(source.device_type) in HOST_ACCESSIBLE):

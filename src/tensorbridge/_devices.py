@@ -129,7 +129,7 @@ class Device:
         return hash((int(self.device_type), self.index))
 
     def __reduce__(self) -> tuple[object, tuple[int, int]]:
-        return (cached_device, (int(self.device_type), self.index))
+        return (_make, (int(self.device_type), self.index))
 
 
 _CACHE: dict[tuple[int, int], Device] = {}
@@ -147,7 +147,8 @@ def cached_device(device_type: int, index: int) -> Device:
     return device
 
 
-_make = cached_device  # the name pickles made by tensorbridge 0.1.0 refer to
+# The name pickles refer to, since 0.1.0: kept, so pickles read in either version.
+_make = cached_device
 
 
 def _check_index(index: Any, what: object) -> int:

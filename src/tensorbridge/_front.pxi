@@ -22,14 +22,18 @@ from types import ModuleType as _ModuleType
 
 cdef dict _fallbacks = {}
 cdef object _numpy_ops_mod = None
+cdef object _asarray_general = None
+cdef object _convert_general = None
 
 
 def register_fallbacks(*, asarray, load_convert, load_numpy_ops):
     """Set the Python layer's entry points: ``asarray(obj, *, dtype, device, copy)``;
     ``load_convert()`` -> ``convert_general(obj, to, *, dtype, device, copy,
     requires_grad)``; ``load_numpy_ops()`` -> the module of NumPy operations."""
+    global _asarray_general, _convert_general, _numpy_ops_mod
     _fallbacks.update(asarray=asarray, load_convert=load_convert,
                       load_numpy_ops=load_numpy_ops)
+    _asarray_general = _convert_general = _numpy_ops_mod = None   # loaded afresh
 
 
 cdef object _fallback(str name):
@@ -37,8 +41,9 @@ cdef object _fallback(str name):
         return _fallbacks[name]
     except KeyError:
         raise RuntimeError(
-            f"tensorbridge._core: no {name} fallback registered; import tensorbridge, "
-            "not tensorbridge._core alone") from None
+            f"tensorbridge._core: no {name} fallback registered: tensorbridge is not fully "
+            "imported (a circular import during `import tensorbridge`, or its __init__ "
+            "failed)") from None
 
 
 cdef object _numpy_ops():
@@ -156,7 +161,6 @@ def _fast_convert(FastTarget target, obj):
 # target (a name or module) -> FastTarget, set by the planner (set_fast_target) once
 # it has converted to that target; see _fast_convert.
 cdef dict _fast_targets = {}
-cdef object _convert_general = None
 
 
 def set_fast_target(to, FastTarget target):
@@ -212,9 +216,6 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
         _convert_general = _fallback("load_convert")()
     return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
                             requires_grad=requires_grad)
-
-
-cdef object _asarray_general = None
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):

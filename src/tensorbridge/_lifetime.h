@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Lifetime plumbing shared by the compiled modules (_core and _testing): the
+ * Lifetime plumbing included by the compiled modules (_core and _testing; each
+ * extension has its own copy of the statics, and only _core's deleters count): the
  * interpreter-gone check, the one deleter body of the managed tensors
  * tensorbridge exports (both struct kinds), the one capsule destructor body, and
  * the call of any managed tensor's deleter, and the count of export deleters

@@ -6,6 +6,7 @@
 #ifndef TENSORBRIDGE_MEMORY_H_
 #define TENSORBRIDGE_MEMORY_H_
 
+#include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

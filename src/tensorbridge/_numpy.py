@@ -2,7 +2,8 @@
 """CPU kernels through NumPy: views, casts, advanced indexing, assignment, printing, pickling.
 
 This module imports NumPy (and ml_dtypes for bfloat16/float8/float6/float4 values, when
-installed); the compiled core imports it only when one of these operations runs.
+installed); it is loaded only when one of these operations runs, through the loader
+``tensorbridge/__init__.py`` registers with the compiled core.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@
 # deleters runs (docs/design.md, "Ownership and lifetime").
 
 from libc.stdint cimport uint32_t, uintptr_t
-from libc.stdlib cimport free
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 from tensorbridge._lifetime cimport *
@@ -39,7 +38,8 @@ cdef void _defer_deleter(void* managed, int kind) noexcept:
             _drain_scheduled = True
     except BaseException:
         # Cannot defer: releasing now risks that lock, but never leaks or double-frees.
-        if _deferred_deleters and _deferred_deleters[-1][0] == <uintptr_t>managed:
+        if _deferred_deleters and \
+                _deferred_deleters[len(_deferred_deleters) - 1][0] == <uintptr_t>managed:
             _deferred_deleters.pop()
         _call_deleter(managed, kind)
 

@@ -535,7 +535,8 @@ cdef inline Tensor _new_tensor():
 
 
 def meta_repr(Tensor t):
-    """The metadata-only repr, for memory the CPU cannot read (or without NumPy)."""
+    """The metadata-only repr, for memory the CPU cannot read (and dtypes NumPy cannot
+    show without ml_dtypes)."""
     flags = ", readonly" if t._flags & TB_FLAG_READ_ONLY else ""
     return (f"tensorbridge.Tensor(shape={t.shape}, dtype={_dtype_obj(t._dtype)}, "
             f"device={_dev_str(t._device)}{flags})")
