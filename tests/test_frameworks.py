@@ -108,12 +108,39 @@ def test_mlx_keeps_float64_and_refuses_complex128():
 
 
 @needs("pyarrow")
-def test_pyarrow_sources_and_bool():
+def test_pyarrow_chunked_arrays_of_several_chunks_are_joined():
     import pyarrow as pa
 
     chunked = pa.chunked_array([[1, 2], [3]])
     assert tb.convert(chunked, "numpy").tolist() == [1, 2, 3]
     assert "several chunks" in tb.explain(chunked, "numpy").copies[0]
+    with pytest.raises(BufferError, match=r"copy=False, but a pyarrow\.ChunkedArray with several"):
+        tb.convert(chunked, "numpy", copy=False)
+
+
+@needs("pyarrow")
+def test_a_one_chunk_chunked_array_is_shared_as_explain_says():
+    # Every column of a pyarrow.Table is a ChunkedArray, mostly of one chunk: its
+    # buffer is shared (combine_chunks() would copy it), also under copy=False.
+    import pyarrow as pa
+
+    column = pa.table({"x": np.arange(5.0)}).column("x")
+    assert column.num_chunks == 1
+    address = column.chunk(0).buffers()[1].address
+    for target in ("numpy", "tensorbridge"):  # (targets that can hold read-only memory)
+        plan = tb.explain(column, target)
+        assert plan.shares_memory and not plan.copies, target
+        out = tb.convert(column, target, copy=False)
+        assert tb.from_dlpack(out).data_ptr() == address, target
+        assert tb.from_dlpack(out).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    empty = pa.chunked_array([], type=pa.float64())
+    assert tb.convert(empty, "numpy", copy=False).shape == (0,)
+
+
+@needs("pyarrow")
+def test_pyarrow_bool_and_nd():
+    import pyarrow as pa
+
     flags = pa.array([True, False, True])
     assert tb.convert(flags, "numpy").tolist() == [True, False, True]
     back = tb.convert(np.array([True, False]), "pyarrow")

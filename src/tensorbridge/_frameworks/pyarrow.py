@@ -57,7 +57,7 @@ class PyarrowFramework(Framework):
         ),
         (
             "pyarrow.ChunkedArray has no DLPack export",
-            "convert joins the chunks first (a copy when there is more than one)",
+            "convert reads a single chunk as it is and joins several (a copy)",
         ),
         (
             "asked for a legacy capsule, pyarrow exports its read-only memory anyway, so "
@@ -69,9 +69,12 @@ class PyarrowFramework(Framework):
     @classmethod
     def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
         if type(obj).__name__ == "ChunkedArray":
-            if obj.num_chunks != 1:
-                must_copy("a pyarrow.ChunkedArray with several chunks is joined (a copy)")
-            obj = obj.combine_chunks()
+            if obj.num_chunks == 1:
+                obj = obj.chunk(0)  # shared; combine_chunks() would copy even one chunk
+            else:
+                if obj.num_chunks > 1:
+                    must_copy("a pyarrow.ChunkedArray with several chunks is joined (a copy)")
+                obj = obj.combine_chunks()
         if str(getattr(obj, "type", "")) == "bool":
             must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
             obj = obj.to_numpy(zero_copy_only=False)
