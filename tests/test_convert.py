@@ -61,18 +61,52 @@ def test_dtype_casts_and_copy_rules():
 
 
 @needs("torch")
-def test_readonly_sources_stay_protected():
+def test_readonly_sources_stay_protected_where_the_target_can_say_so():
     ro = np.arange(3.0)
     ro.flags.writeable = False
-    assert not tb.convert(ro, "numpy").flags.writeable
-    assert tb.convert(ro, "tensorbridge").readonly
-    x = tb.convert(ro, "torch")  # torch cannot say read-only: a copy
+    for readonly in ("share", "copy"):
+        y = tb.convert(ro, "numpy", readonly=readonly)
+        assert not y.flags.writeable and y.ctypes.data == ro.ctypes.data
+        t = tb.convert(ro, "tensorbridge", readonly=readonly)
+        assert t.readonly and t.data_ptr() == ro.ctypes.data
+    data = b"\x00\x00\x80?" * 2
+    assert not tb.convert(data, "numpy").flags.writeable
+
+
+@needs("torch")
+def test_readonly_data_is_shared_with_writable_only_targets_by_default():
+    # The Array API's rule, and what torch.from_dlpack does: torch cannot mark a
+    # tensor read-only, so it gets the memory, writable; explain says so.
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    plan = tb.explain(ro, "torch")
+    assert plan.shares_memory and not plan.copies
+    assert any("writable over read-only data" in note for note in plan.notes)
+    x = tb.convert(ro, "torch", copy=False)
+    assert x.data_ptr() == ro.ctypes.data
+    x[0] = 9.0
+    assert ro[0] == 9.0
+
+
+@needs("torch")
+def test_readonly_copy_gives_writable_only_targets_a_private_copy():
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    plan = tb.explain(ro, "torch", readonly="copy")
+    assert not plan.shares_memory and 'readonly="copy"' in plan.copies[0]
+    assert not any("writable over" in note for note in plan.notes)
+    x = tb.convert(ro, "torch", readonly="copy")
     x[0] = 9.0
     assert ro[0] == 0.0
     with pytest.raises(BufferError, match="torch tensors are always writable and the data is"):
-        tb.convert(ro, "torch", copy=False)
-    data = b"\x00\x00\x80?" * 2
-    assert not tb.convert(data, "numpy").flags.writeable
+        tb.convert(ro, "torch", copy=False, readonly="copy")
+    w = np.arange(3.0)  # writable data: shared either way, no note
+    assert tb.convert(w, "torch", readonly="copy").data_ptr() == w.ctypes.data
+    assert tb.explain(w, "torch").notes == []
+    with pytest.raises(ValueError, match='readonly must be "share" or "copy"; got \'no\''):
+        tb.convert(ro, "torch", readonly="no")
+    with pytest.raises(ValueError, match='readonly must be "share" or "copy"'):
+        tb.convert(w, "numpy", readonly=True)
 
 
 @needs("torch")

@@ -20,6 +20,7 @@ from tensorbridge._core import Tensor
 from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
 from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
+from tensorbridge._frameworks.base import writable_view
 
 __all__ = ["Plan", "convert_general", "explain"]
 
@@ -155,6 +156,7 @@ class Plan:
     _precopy: bool = dataclasses.field(repr=False, default=False)
     _fold: bool = dataclasses.field(repr=False, default=False)
     _requires_grad: bool = dataclasses.field(repr=False, default=False)
+    _writable: bool = dataclasses.field(repr=False, default=False)
 
     def __str__(self) -> str:
         memory = "shared (zero-copy)" if self.shares_memory else "copied: " + "; ".join(self.copies)
@@ -187,6 +189,7 @@ def _make_plan(
     device: Any,
     copy: bool | None,
     requires_grad: bool,
+    readonly: str,
 ) -> Plan:
     t = source.tensor
     name = framework.name
@@ -196,6 +199,8 @@ def _make_plan(
 
     if copy is not None and copy is not True and copy is not False:
         raise TypeError(f"convert(): copy must be True, False or None; got {copy!r}")
+    if readonly != "share" and readonly != "copy":
+        raise ValueError(f'convert(): readonly must be "share" or "copy"; got {readonly!r}')
     target_dtype = t.dtype if dtype is None else as_dtype(dtype)
     problem = framework.unsupported_dtype(target_dtype.name)
     if problem:
@@ -223,7 +228,7 @@ def _make_plan(
     if int(t.device.device_type) not in HOST_ACCESSIBLE and framework.host_only:
         raise BufferError(f"convert(): {name} holds CPU memory only; the data is on {t.device}")
 
-    precopy_reasons = [] if cast is not None else framework.precopy_reasons(t)
+    precopy_reasons = [] if cast is not None else framework.precopy_reasons(t, readonly)
     copies += precopy_reasons + framework.own_copy_reasons(t)
     if copy is True and not copies and not source.copied:
         copies.append("copy=True")
@@ -235,6 +240,15 @@ def _make_plan(
     if fold:
         notes.append(
             f"{name} does not honour byte_offset: the offset is moved into the data pointer"
+        )
+    # Read-only data shared with a framework that cannot mark it read-only: as the
+    # framework's own from_dlpack does (the Array API's rule), and said.
+    writable = not copies and not source.copied and framework.unprotected(t)
+    if writable:
+        notes.append(
+            f"{name} cannot mark tensors read-only: the result is writable over read-only "
+            'data, and writes through it change the source (readonly="copy" gives a '
+            "private copy)"
         )
     if source.copied:
         copies = [source.copied, *copies]
@@ -252,6 +266,7 @@ def _make_plan(
         _precopy=bool(precopy_reasons) and cast is None,
         _fold=fold,
         _requires_grad=requires_grad,
+        _writable=writable,
     )
 
 
@@ -262,6 +277,8 @@ def _carry_out(plan: Plan, t: Tensor) -> Any:
     elif plan._precopy:
         # Bit-packed float6/float4 copies unpack (one element per byte); others memcpy.
         t = t.astype(t.dtype) if _core.is_packed(t) else t.copy()
+    elif plan._writable:
+        t = writable_view(t)
     result = framework.make(t)
     got = framework.dtype_name(result)
     if got != plan.dtype:
@@ -287,18 +304,20 @@ def convert_general(
     device: Any = None,
     copy: bool | None = None,
     requires_grad: bool = False,
+    readonly: str = "share",
 ) -> Any:
     """The planner's convert (the public `convert` is the compiled front door,
     which answers plan-free calls in C and calls this for the rest)."""
     framework = resolve_target(to)
     source = _read_source(obj, copy, consume=True)
-    plan = _make_plan(source, framework, dtype, device, copy, requires_grad)
+    plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
     result = _carry_out(plan, source.tensor)
     if (
         dtype is None
         and device is None
         and copy is None
         and requires_grad is False
+        and readonly == "share"
         and (type(to) is str or type(to) is types.ModuleType)
     ):
         _remember_fast_target(to, framework)
@@ -322,6 +341,7 @@ def explain(
     device: Any = None,
     copy: bool | None = None,
     requires_grad: bool = False,
+    readonly: str = "share",
 ) -> Plan:
     """What ``convert(obj, to, ...)`` would do, as a `Plan` (printed nicely).
 
@@ -330,4 +350,4 @@ def explain(
     """
     framework = resolve_target(to)
     source = _read_source(obj, copy, consume=False)
-    return _make_plan(source, framework, dtype, device, copy, requires_grad)
+    return _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)

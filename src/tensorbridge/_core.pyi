@@ -176,6 +176,7 @@ def convert(
     device: _DeviceLike | None = None,
     copy: bool | None = None,
     requires_grad: bool = False,
+    readonly: Literal["share", "copy"] = "share",
 ) -> NDArray[Any]: ...
 @overload
 def convert(
@@ -187,6 +188,7 @@ def convert(
     device: _DeviceLike | None = None,
     copy: bool | None = None,
     requires_grad: bool = False,
+    readonly: Literal["share", "copy"] = "share",
 ) -> Tensor: ...
 @overload
 def convert(
@@ -198,6 +200,7 @@ def convert(
     device: _DeviceLike | None = None,
     copy: bool | None = None,
     requires_grad: bool = False,
+    readonly: Literal["share", "copy"] = "share",
 ) -> Any: ...
 
 class CopyNeeded(BufferError, ValueError):

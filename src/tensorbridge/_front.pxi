@@ -167,7 +167,8 @@ def set_fast_target(to, FastTarget target):
     _fast_targets[to] = target
 
 
-def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False):
+def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False,
+            readonly="share"):
     """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
 
     Parameters
@@ -188,12 +189,19 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     requires_grad : bool
         A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
         ValueError for targets without autograd.
+    readonly : {"share", "copy"}
+        Read-only data (a read-only NumPy array, JAX and Arrow arrays...) for a target
+        that cannot mark its tensors read-only (PyTorch, PaddlePaddle, tvm-ffi).
+        ``"share"``: shared, as the target's own ``from_dlpack`` does (the Array API's
+        rule); the result is writable, and writes through it change the source.
+        ``"copy"``: a private copy. Targets that can say read-only (NumPy,
+        array-api-strict, tensorbridge) or whose arrays are immutable (JAX,
+        TensorFlow, PyArrow) share read-only data either way.
 
     Returns
     -------
     The target framework's array, with the source's values, shape and dtype (or
-    ``dtype``). Read-only sources stay read-only where the target can say so and are
-    copied where it cannot.
+    ``dtype``). Read-only sources stay read-only where the target can say so.
 
     Examples
     --------
@@ -206,7 +214,7 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     global _convert_general
     cdef FastTarget target
     if dtype is None and device is None and copy is None and requires_grad is False and (
-            type(to) is str or type(to) is _ModuleType):
+            readonly == "share") and (type(to) is str or type(to) is _ModuleType):
         target = _fast_targets.get(to)
         if target is not None:
             result = _fast_convert(target, obj)
@@ -215,7 +223,7 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     if _convert_general is None:
         _convert_general = _fallback("load_convert")()
     return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
-                            requires_grad=requires_grad)
+                            requires_grad=requires_grad, readonly=readonly)
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):

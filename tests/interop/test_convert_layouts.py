@@ -77,9 +77,9 @@ def _expected(source):
     return np.asarray(source, dtype=np.float64)
 
 
-def _check(consumer, source, source_name):
-    plan = tb.explain(source, consumer)
-    result = tb.convert(source, consumer)
+def _check(consumer, source, source_name, readonly="share"):
+    plan = tb.explain(source, consumer, readonly=readonly)
+    result = tb.convert(source, consumer, readonly=readonly)
     want = _expected(source)
     assert probe(consumer).dtype_name(result) == "float32"
     assert shape(consumer, result) == want.shape
@@ -98,7 +98,11 @@ def _check(consumer, source, source_name):
         and not source.flags.writeable
         and isinstance(source, np.ndarray)
     ):
-        assert is_protected(consumer, result), "read-only data became writable"
+        # Writable over read-only data only by default, only where the target cannot
+        # say read-only, and said.
+        said = any("writable over read-only data" in n for n in plan.notes)
+        assert is_protected(consumer, result) or said, "read-only data became writable"
+        assert not said or (readonly == "share" and not is_protected(consumer, result))
     return plan
 
 
@@ -107,6 +111,14 @@ def _check(consumer, source, source_name):
 def test_numpy_layouts(layout, consumer):
     need(consumer)
     _check(consumer, NUMPY_LAYOUTS[layout](), "numpy")
+
+
+@pytest.mark.parametrize("consumer", NAMES)
+@pytest.mark.parametrize("layout", [k for k in NUMPY_LAYOUTS if "read-only" in k])
+def test_numpy_read_only_layouts_with_readonly_copy(layout, consumer):
+    need(consumer)
+    plan = _check(consumer, NUMPY_LAYOUTS[layout](), "numpy", readonly="copy")
+    assert not any("writable over" in n for n in plan.notes)
 
 
 @needs("torch")

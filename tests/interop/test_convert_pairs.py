@@ -60,7 +60,10 @@ def test_convert(producer, consumer, dtype):
         assert (src_ptr == dst_ptr) is plan.shares_memory, str(plan)
     if plan.shares_memory:
         if is_protected(producer, source):
-            assert is_protected(consumer, result), "read-only data became writable"
+            # Shared writable only where the target cannot say read-only, and said.
+            said = any("writable over read-only data" in n for n in plan.notes)
+            assert is_protected(consumer, result) or said, "read-only data became writable"
+            assert not said or not is_protected(consumer, result)
         elif (
             not is_protected(consumer, result)
             and dtype not in ("bool",)
@@ -112,13 +115,27 @@ def test_zero_copy_where_the_target_can_share(producer, consumer):
 # consumers whose tensors are always writable (mlx always copies anyway).
 @pytest.mark.parametrize("consumer", ["torch", "paddle", "tvm_ffi"])
 @pytest.mark.parametrize("producer", ["jax", "pyarrow", "tensorflow"])
-def test_immutable_sources_are_copied_for_writable_only_targets(producer, consumer):
+def test_immutable_sources_are_shared_with_writable_only_targets(producer, consumer):
+    # By default, as the consumer's own from_dlpack would (the Array API's rule).
+    need(producer)
+    need(consumer)
+    source = probe(producer).sample([1.0, 2.0] * 16, "float32")
+    plan = tb.explain(source, consumer)
+    assert plan.shares_memory
+    assert any("writable over read-only data" in n for n in plan.notes)
+    result = tb.convert(source, consumer, copy=False)
+    assert pointer(consumer, result) == pointer(producer, source)
+
+
+@pytest.mark.parametrize("consumer", ["torch", "paddle", "tvm_ffi"])
+@pytest.mark.parametrize("producer", ["jax", "pyarrow", "tensorflow"])
+def test_immutable_sources_are_copied_for_writable_only_targets_on_request(producer, consumer):
     need(producer)
     need(consumer)
     source = probe(producer).sample([1.0, 2.0], "float32")
     with pytest.raises(BufferError, match="always writable and the data is read-only"):
-        tb.convert(source, consumer, copy=False)
-    result = tb.convert(source, consumer)
+        tb.convert(source, consumer, copy=False, readonly="copy")
+    result = tb.convert(source, consumer, readonly="copy")
     assert pointer(consumer, result) != pointer(producer, source)
     probe(consumer).write_first(result, 9.0)
     assert values(producer, source) == [1.0, 2.0]

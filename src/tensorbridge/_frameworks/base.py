@@ -181,9 +181,10 @@ class Framework:
         return None
 
     @classmethod
-    def precopy_reasons(cls, t: TensorInfo) -> list[str]:
+    def precopy_reasons(cls, t: TensorInfo, readonly: str = "share") -> list[str]:
         """Why t must be copied before this framework can take it (layout,
-        alignment, read-only data for writable-only frameworks)."""
+        alignment; read-only data for writable-only frameworks under
+        ``readonly="copy"``)."""
         reasons = []
         layout = cls.layout_problem(t)
         if layout:
@@ -191,9 +192,18 @@ class Framework:
         misaligned = cls.misalignment(t)
         if misaligned and not cls.copies_unaligned:
             reasons.append(misaligned)
-        if t.readonly and cls.readonly == "writable" and not cls.always_copies:
-            reasons.append(f"{cls.name} tensors are always writable and the data is read-only")
+        if readonly == "copy" and cls.unprotected(t):
+            reasons.append(
+                f"{cls.name} tensors are always writable and the data is read-only "
+                '(readonly="copy")'
+            )
         return reasons
+
+    @classmethod
+    def unprotected(cls, t: TensorInfo) -> bool:
+        """True when sharing t would give writable access to read-only data (the
+        framework cannot mark its tensors read-only, and does not copy anyway)."""
+        return bool(t.readonly) and cls.readonly == "writable" and not cls.always_copies
 
     @classmethod
     def misalignment(cls, t: TensorInfo) -> str | None:

@@ -62,7 +62,8 @@ class PyarrowFramework(Framework):
         (
             "asked for a legacy capsule, pyarrow exports its read-only memory anyway, so "
             "legacy-only consumers (tvm-ffi) get writable access to Arrow buffers",
-            "tensorbridge imports PyArrow data read-only and copies it for writable-only targets",
+            "tensorbridge imports PyArrow data read-only; convert shares it with "
+            'writable-only targets and says so, or copies it under readonly="copy"',
         ),
     )
 
