@@ -72,7 +72,10 @@ def register_fast_source(tp):
 @cython.auto_pickle(False)
 cdef class FastTarget:
     """What a target framework's importer takes as it is (the fast subset of
-    Framework.precopy_reasons), and its exchange table."""
+    Framework.precopy_reasons), and its exchange table. ``readonly_ok``: the target
+    keeps read-only data read-only (or its arrays are immutable, or it copies);
+    otherwise read-only data is handed over writable, as convert's default
+    ``readonly="share"`` does (the front door runs only with that default)."""
     cdef const DLPackExchangeAPI* api
     cdef bint accept[18][129]
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
@@ -103,6 +106,9 @@ cdef class FastTarget:
         return self.make(t)
 
     cdef object make(self, Tensor t):
+        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
+            t = _view(t)
+            t._flags &= ~TB_FLAG_READ_ONLY
         if self.maker is None:
             return _to_py(self.api, t)
         if self.maker == "identity":
@@ -115,8 +121,6 @@ cdef class FastTarget:
         if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
             return False
         if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
-            return False
-        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
             return False
         if t._byte_offset != 0 and not self.offset_ok:
             return False

@@ -77,7 +77,10 @@ def test_fast_convert_is_taken_for_plain_data_only():
     fast = FRAMEWORKS["torch"].fast_target()
     assert _core._fast_convert(fast, np.arange(3.0)) is not None
     assert _core._fast_convert(fast, np.arange(3.0)[::-1]) is None  # torch: no negative
-    assert _core._fast_convert(fast, _readonly(np.arange(3.0))) is None  # read-only
+    ro = _readonly(np.arange(3.0))  # read-only: shared writable (readonly="share")
+    shared = _core._fast_convert(fast, ro)
+    assert shared is not None and shared.data_ptr() == ro.ctypes.data
+    assert tb.convert(ro, "torch", readonly="copy").data_ptr() != ro.ctypes.data
     assert _core._fast_convert(fast, [1.0, 2.0]) is None  # values: the planner
     z = torch.tensor([1 + 2j]).conj().imag
     assert _core._fast_convert(fast, z) is None  # torch bit views: the planner copies
@@ -92,6 +95,8 @@ def test_convert_with_options_is_planned():
     tb.convert(a, "torch")
     assert tb.convert(a, "torch", copy=True).data_ptr() != a.ctypes.data
     assert tb.convert(a, "torch", dtype="float32").dtype == torch.float32
+    with pytest.raises(ValueError, match='readonly must be "share" or "copy"'):
+        tb.convert(a, "torch", readonly="strict")  # an option: the planner checks it
     assert tb.convert(a, torch).data_ptr() == a.ctypes.data  # a module as target
     w = tb.convert(a, "torch", requires_grad=True)
     assert w.requires_grad and w.is_leaf
