@@ -156,30 +156,6 @@ def test_paddle_gets_the_offset_it_would_ignore():
     assert source[0, 0] == -1.0
 
 
-def test_jax_copies_unaligned_memory_itself():
-    # JAX copies (correctly) what it cannot share for alignment: convert hands such
-    # memory over as it is, so there is one copy (JAX's), not ours and then JAX's.
-    need("jax")
-    import jax
-
-    base = np.arange(1 + 32, dtype=np.float32)
-    unaligned = base[1:] if base[1:].ctypes.data % 64 else base[2:]
-    plan = tb.explain(unaligned, "jax")
-    assert not plan.shares_memory
-    assert plan.copies == [plan.copies[0]] and "jax copies it itself" in plan.copies[0]
-    assert not plan._precopy  # handed over as it is
-    result = tb.convert(unaligned, "jax")
-    assert result.tolist() == unaligned.tolist()
-    assert result.unsafe_buffer_pointer() != unaligned.ctypes.data
-    unaligned[0] = -7.0  # JAX's copy is its own
-    assert float(result[0]) != -7.0
-    aligned = tb.arange(16, dtype="float32")  # memory of ours: 64-byte aligned
-    assert tb.explain(aligned, "jax").shares_memory
-    assert jax.dlpack.from_dlpack(aligned).unsafe_buffer_pointer() == aligned.data_ptr()
-    with pytest.raises(BufferError, match="jax copies it itself"):
-        tb.convert(unaligned, "jax", copy=False)
-
-
 def test_tensorflow_never_gets_unaligned_memory():
     need("tensorflow")
     import tensorflow as tf

@@ -100,10 +100,6 @@ class Framework:
     byte_offset: ClassVar[str] = "honours"
     #: Alignment in bytes its consumer needs to share memory (0: none).
     alignment: ClassVar[int] = 0
-    #: True when its consumer copies memory it cannot share for alignment, correctly,
-    #: by itself: convert then hands such memory over as it is instead of copying
-    #: first (one copy, the consumer's). False: it refuses, so tensorbridge copies.
-    copies_unaligned: ClassVar[bool] = False
     #: "flag": honours READ_ONLY; "immutable": its arrays cannot be written anyway;
     #: "writable": gives only writable tensors (read-only data must be copied).
     readonly: ClassVar[str] = "writable"
@@ -189,9 +185,12 @@ class Framework:
         layout = cls.layout_problem(t)
         if layout:
             reasons.append(layout)
-        misaligned = cls.misalignment(t)
-        if misaligned and not cls.copies_unaligned:
-            reasons.append(misaligned)
+        if cls.alignment and t.size and t.data_ptr() % cls.alignment:
+            ptr = t.data_ptr()
+            reasons.append(
+                f"{cls.name} shares only {cls.alignment}-byte aligned memory; this is "
+                f"{ptr & -ptr}-byte aligned"
+            )
         if readonly == "copy" and cls.unprotected(t):
             reasons.append(
                 f"{cls.name} tensors are always writable and the data is read-only "
@@ -206,23 +205,9 @@ class Framework:
         return bool(t.readonly) and cls.readonly == "writable" and not cls.always_copies
 
     @classmethod
-    def misalignment(cls, t: TensorInfo) -> str | None:
-        """Why the consumer cannot share t's memory for its alignment, or None."""
-        if cls.alignment and t.size and t.data_ptr() % cls.alignment:
-            ptr = t.data_ptr()
-            return (
-                f"{cls.name} shares only {cls.alignment}-byte aligned memory; this is "
-                f"{ptr & -ptr}-byte aligned"
-            )
-        return None
-
-    @classmethod
     def own_copy_reasons(cls, t: TensorInfo) -> list[str]:
         """Why the framework itself will copy what it is given."""
-        if cls.always_copies:
-            return [f"{cls.name} always copies"]
-        misaligned = cls.misalignment(t) if cls.copies_unaligned else None
-        return [f"{misaligned} ({cls.name} copies it itself)"] if misaligned else []
+        return [f"{cls.name} always copies"] if cls.always_copies else []
 
     # -- doing it --------------------------------------------------------------
 

@@ -24,15 +24,13 @@ class JaxFramework(Framework):
     noncompact_strides = False
     negative_strides = False
     alignment = 64
-    copies_unaligned = True
     readonly = "immutable"
     path = "jax.dlpack.from_dlpack (JAX reads legacy capsules only)"
     quirks = (
         (
             "JAX imports without a copy only 64-byte aligned data, and copies (or with "
             "copy=False raises) otherwise",
-            "tensorbridge allocates 64-byte aligned memory, so its copies are shared; "
-            "unaligned data is handed over as it is, for JAX's own (single) copy",
+            "tensorbridge allocates 64-byte aligned memory, so its copies are shared",
         ),
         (
             "JAX refuses step slices, broadcast and negative strides",
