@@ -52,8 +52,9 @@ class Probe:
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
-        """The framework's own DLPack consumer, as a user would call it."""
-        raise NotImplementedError
+        """The framework's own DLPack consumer, as a user would call it (by default
+        the Array API's spelling, ``module.from_dlpack``)."""
+        return cls.module().from_dlpack(obj)
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
@@ -106,10 +107,6 @@ class NumpyProbe(Probe):
     name = "numpy"
 
     @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
-
-    @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
         np = cls.module()
         if dtype_name in ML_DTYPES:  # ml_dtypes types: NumPy cannot cast floats to all
@@ -126,10 +123,6 @@ class NumpyProbe(Probe):
 
 class TorchProbe(Probe):
     name = "torch"
-
-    @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
@@ -215,10 +208,6 @@ class MlxProbe(Probe):
     name = "mlx"
 
     @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
-
-    @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
         mx = cls.module()
         return mx.array(values, dtype=mx.float32).astype(
@@ -232,10 +221,6 @@ class MlxProbe(Probe):
 
 class CupyProbe(Probe):
     name = "cupy"
-
-    @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
 
 
 class PyarrowProbe(Probe):
@@ -265,10 +250,6 @@ class ArrayApiStrictProbe(Probe):
     name = "array_api_strict"
 
     @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
-
-    @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
         xp = cls.module()
         return xp.asarray(_core.asarray(values, dtype=dtype_name).numpy())
@@ -281,10 +262,6 @@ class ArrayApiStrictProbe(Probe):
 
 class TvmFfiProbe(Probe):
     name = "tvm_ffi"
-
-    @classmethod
-    def native_from_dlpack(cls, obj: Any) -> Any:
-        return cls.module().from_dlpack(obj)
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
