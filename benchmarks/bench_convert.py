@@ -550,28 +550,26 @@ def report(all_facts: dict, producers: list[str], consumers: list[str], rounds: 
         for item in copies:
             print(f"- {_pair_line(*item)}")
         print()
+    _print_problems(all_facts, "native_problem", "Native imports left out of the targets (†):")
+    _print_problems(
+        all_facts,
+        "convert_problem",
+        "convert results that are wrong or unusable (tensorbridge bugs):",
+    )
+
+
+def _print_problems(all_facts: dict, key: str, title: str) -> None:
+    """Every pair whose facts have ``key`` set, under ``title`` (nothing if none)."""
     problems = [
-        (size, p, c, f["native_problem"])
+        (size, p, c, f[key])
         for size, facts in all_facts.items()
         for (p, c), f in facts.items()
-        if f.get("native_problem")
+        if f.get(key)
     ]
     if problems:
-        print("Native imports left out of the targets (†):")
+        print(title)
         print()
         for size, p, c, why in problems:
-            print(f"- {size}: {p} -> {c}: {why}")
-        print()
-    broken = [
-        (size, p, c, f["convert_problem"])
-        for size, facts in all_facts.items()
-        for (p, c), f in facts.items()
-        if f.get("convert_problem")
-    ]
-    if broken:
-        print("convert results that are wrong or unusable (tensorbridge bugs):")
-        print()
-        for size, p, c, why in broken:
             print(f"- {size}: {p} -> {c}: {why}")
         print()
 
