@@ -12,6 +12,7 @@ rest to `convert_general`. See docs/design.md, "Bridges".
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from typing import Any
 
@@ -36,10 +37,41 @@ class _Source:
     kind: str  # what the user passed, for messages
     notes: list[str]
     copied: str | None  # why reading the source already copied it (None: it did not)
+    #: A producer of CUDA/ROCm memory (after prepare_source), which the result may be
+    #: asked of again (handoffs, device copies); None for everything else.
+    producer: Any = None
+    #: The stream that producer is asked with: the target's current stream.
+    stream: int | None = None
 
 
-def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
-    """Turn obj into a Tensor, fixing what its framework's own export gets wrong."""
+#: DLPack device types whose producers take a stream: CUDA, CUDA managed, ROCm.
+_STREAM_DEVICES = frozenset({2, 10, 13})
+
+
+def _stream_device(obj: Any) -> Device | None:
+    """The device of a producer object of CUDA/ROCm memory, else None."""
+    if type(obj) is Tensor or _core.is_capsule(obj):
+        return None
+    query = getattr(type(obj), "__dlpack_device__", None)
+    if query is None:
+        return None
+    try:
+        device_type, index = query(obj)
+    except Exception:
+        return None  # reading it says what is wrong
+    if int(device_type) not in _STREAM_DEVICES:
+        return None
+    return as_device((int(device_type), 0 if index is None else int(index)))
+
+
+def _read_source(
+    obj: Any, copy: bool | None, consume: bool, target: type[Framework] = Framework
+) -> _Source:
+    """Turn obj into a Tensor, fixing what its framework's own export gets wrong.
+
+    A producer of CUDA/ROCm memory is asked with the target's current stream (its
+    work is then ordered before the target's; explain asks with -1, no ordering,
+    as it only reads the metadata)."""
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     framework = framework_of(obj)
     notes: list[str] = []
@@ -54,25 +86,22 @@ def _read_source(obj: Any, copy: bool | None, consume: bool) -> _Source:
     if _core.is_capsule(obj) and not consume:
         return _Source(_CapsuleMeta(obj), "DLPack capsule", notes, None)
     if framework is not None:
-        _remember_fast_source(framework, obj)
         obj = framework.prepare_source(obj, must_copy, notes)
     if isinstance(obj, (bool, int, float, complex, list, tuple)):
         must_copy(f"a {type(obj).__name__} is a value, not memory to share")
-    tensor = _core.asarray(obj)
+    producer = stream = None
+    device = _stream_device(obj)
+    if device is not None:
+        producer, stream = obj, target.current_stream(device)
+        tensor = _core.from_dlpack(obj, stream=stream if consume else -1)
+    else:
+        tensor = _core.asarray(obj)
     if framework is not None and framework.readonly == "immutable":
         # (from_dlpack already imports the arrays of immutable types read-only.)
         if not tensor.readonly:
             tensor = _core.set_readonly(tensor, True)
         notes.append(f"{framework.name} arrays are immutable: the data is treated as read-only")
-    return _Source(tensor, kind, notes, copied)
-
-
-def _remember_fast_source(framework: type[Framework], obj: Any) -> None:
-    """A mutable framework's tensor with an exchange table: tell the compiled front
-    door that later conversions of this type may read it in C (torch bit views
-    still come here: the front door checks them)."""
-    if framework.readonly == "writable" and _core.exchange_api_info(obj) is not None:
-        _core.register_fast_source(type(obj))
+    return _Source(tensor, kind, notes, copied, producer, stream)
 
 
 class _CapsuleMeta:
@@ -141,6 +170,10 @@ class Plan:
         What else happens on the way (detaching, read-only handling, offset folding).
     dtype, shape
         The result's dtype name and shape.
+    stream : int or None
+        For CUDA/ROCm data: the stream the producer is asked to order its work on
+        (the target's current stream; None: DLPack's default, the legacy default
+        stream). None for other memory.
     """
 
     source: str
@@ -157,6 +190,10 @@ class Plan:
     _fold: bool = dataclasses.field(repr=False, default=False)
     _requires_grad: bool = dataclasses.field(repr=False, default=False)
     _writable: bool = dataclasses.field(repr=False, default=False)
+    stream: int | None = None
+    _on_stream_device: bool = dataclasses.field(repr=False, default=False)
+    _handoff: bool = dataclasses.field(repr=False, default=False)
+    _ask_copy: bool = dataclasses.field(repr=False, default=False)
 
     def __str__(self) -> str:
         memory = "shared (zero-copy)" if self.shares_memory else "copied: " + "; ".join(self.copies)
@@ -166,6 +203,13 @@ class Plan:
             f"  memory:  {memory}",
             f"  result:  {self.target} {self.dtype} {self.shape}",
         ]
+        if self._on_stream_device:
+            which = (
+                "none: DLPack's default, the legacy default stream"
+                if self.stream is None
+                else f"{self.stream:#x}, {self.target}'s current stream"
+            )
+            lines.append(f"  stream:  {which}")
         for note in self.notes:
             lines.append(f"  note:    {note}")
         return "\n".join(lines)
@@ -250,12 +294,47 @@ def _make_plan(
             'data, and writes through it change the source (readonly="copy" gives a '
             "private copy)"
         )
+    # CUDA/ROCm memory: tensorbridge never copies it itself. A copy is asked of the
+    # producer; data that needs nothing is handed to the target's own importer, so
+    # that producer and consumer make their stream handshake between themselves.
+    on_stream_device = int(t.device.device_type) in _STREAM_DEVICES
+    ask_copy = handoff = False
+    path = framework.import_path()
+    if on_stream_device and precopy_reasons and cast is None:
+        if source.producer is None:
+            raise BufferError(
+                f"convert(): {'; '.join(precopy_reasons)}, and tensorbridge does not copy "
+                f"{t.device} memory itself; convert the producer's own object (which is "
+                "asked for the copy), or make the data fit first in its own framework"
+            )
+        ask_copy = True
+        notes.append("the copy is asked of the producer (__dlpack__(copy=True)) on the stream")
+    elif on_stream_device and cast is not None:
+        raise BufferError(
+            f"convert(): casting {t.dtype.name} to {target_dtype.name} needs a copy, and "
+            f"tensorbridge does not compute on {t.device} memory; cast in the producer's "
+            "framework first"
+        )
+    elif (
+        on_stream_device
+        and source.producer is not None
+        and not copies
+        and not source.copied
+        and not writable
+        and not (fold and _core.fold_offset(t) is not t)  # (a view when it moves)
+        and framework.importer() is not None
+    ):
+        handoff = True
+        path = (
+            f"{framework.name}'s own importer on the source object (producer and consumer "
+            "make their stream handshake)"
+        )
     if source.copied:
         copies = [source.copied, *copies]
     return Plan(
         source=_describe(source.kind, t),
         target=name,
-        path=framework.import_path(),
+        path=path,
         shares_memory=not copies,
         copies=copies,
         notes=notes,
@@ -267,19 +346,36 @@ def _make_plan(
         _fold=fold,
         _requires_grad=requires_grad,
         _writable=writable,
+        stream=source.stream,
+        _on_stream_device=on_stream_device,
+        _handoff=handoff,
+        _ask_copy=ask_copy,
     )
 
 
-def _carry_out(plan: Plan, t: Tensor) -> Any:
+def _carry_out(plan: Plan, t: Tensor, producer: Any = None) -> Any:
     framework = plan._framework
-    if plan._cast is not None:
-        t = t.astype(plan._cast)
-    elif plan._precopy:
-        # Bit-packed float6/float4 copies unpack (one element per byte); others memcpy.
-        t = t.astype(t.dtype) if _core.is_packed(t) else t.copy()
-    elif plan._writable:
-        t = writable_view(t)
-    result = framework.make(t)
+    if plan._handoff:
+        # The target's own importer asks the producer itself, with its own stream.
+        result = framework.importer()(producer)
+    else:
+        if plan._ask_copy:
+            t = _core.from_dlpack(producer, copy=True, stream=plan.stream)
+            still = framework.precopy_reasons(t)
+            if still:
+                raise BufferError(
+                    f"convert(): the producer's copy still does not fit {framework.name} "
+                    f"({'; '.join(still)}), and tensorbridge does not copy {t.device} "
+                    "memory itself; make the data contiguous in its own framework first"
+                )
+        elif plan._cast is not None:
+            t = t.astype(plan._cast)
+        elif plan._precopy:
+            # Bit-packed float6/float4 copies unpack (one element per byte); others memcpy.
+            t = t.astype(t.dtype) if _core.is_packed(t) else t.copy()
+        elif plan._writable:
+            t = writable_view(t)
+        result = framework.make(t)
     got = framework.dtype_name(result)
     if got != plan.dtype:
         raise BufferError(
@@ -309,9 +405,9 @@ def convert_general(
     """The planner's convert (the public `convert` is the compiled front door,
     which answers plan-free calls in C and calls this for the rest)."""
     framework = resolve_target(to)
-    source = _read_source(obj, copy, consume=True)
+    source = _read_source(obj, copy, consume=True, target=framework)
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
-    result = _carry_out(plan, source.tensor)
+    result = _carry_out(plan, source.tensor, source.producer)
     if (
         dtype is None
         and device is None
@@ -320,16 +416,71 @@ def convert_general(
         and readonly == "share"
         and (type(to) is str or type(to) is types.ModuleType)
     ):
-        _remember_fast_target(to, framework)
+        _remember_route(obj, to, framework)
     return result
 
 
-def _remember_fast_target(to: str | types.ModuleType, framework: type[Framework]) -> None:
-    """From now on the compiled front door answers the calls to this target that
-    need no planning (when the framework has a fast path)."""
+# --------------------------------------------------------------------------
+# Routes: what the compiled front door may do without the planner
+# --------------------------------------------------------------------------
+
+_ROUTE = _core._route_constants()
+
+
+def route_mode(obj: Any, target: type[Framework]) -> int:
+    """How later conversions of objects of type(obj) to `target` may run in C (see
+    docs/design.md, "Routes"): how the source is read, and whether it is handed to
+    the target's own importer as it is. 0: the planner decides every time."""
+    tp = type(obj)
+    numpy = sys.modules.get("numpy")
+    exact_ndarray = numpy is not None and tp is numpy.ndarray
+    source = framework_of(obj)
+    if tp is Tensor:
+        read = _ROUTE["TENSOR"]
+    elif numpy is not None and issubclass(tp, numpy.ndarray):
+        read = _ROUTE["NDARRAY"]
+    elif (source is not None and not source.reads_in_c(tp)) or _core.is_capsule(obj):
+        return 0
+    elif _core.exchange_api_info(obj) is not None:
+        read = _ROUTE["TABLE"]
+    elif hasattr(tp, "__dlpack__") and hasattr(tp, "__dlpack_device__"):
+        read = _ROUTE["PROTOCOL"]
+    else:
+        return 0
+    if not target.handoff or source is None:
+        return read
+    if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (
+        read == _ROUTE["NDARRAY"] and exact_ndarray
+    ):
+        mode = read | _ROUTE["HANDOFF"]
+    elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
+        mode = read | _ROUTE["HANDOFF"]  # it reads the table, not the Python protocol
+    else:
+        return read
+    if not target.importer_refuses_dtypes:
+        if read != _ROUTE["PROTOCOL"]:
+            mode |= _ROUTE["CHECK_DTYPE"]
+        elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
+            return read  # no cheap way to see the dtype first
+    if source.readonly == "immutable" and target.readonly == "flag":
+        mode |= _ROUTE["MARK_READONLY"]  # its legacy export cannot say read-only
+    if source.bit_views:
+        mode |= _ROUTE["TORCH_BITS"]
+    if read == _ROUTE["NDARRAY"] and target.readonly == "writable":
+        mode |= _ROUTE["WRITABLE_ONLY"]  # read-only arrays: shared through a view
+    return mode
+
+
+def _remember_route(obj: Any, to: str | types.ModuleType, framework: type[Framework]) -> None:
+    """From now on the compiled front door runs conversions of type(obj) to this
+    target along a cached route (when the target has one)."""
     fast = framework.fast_target()
-    if fast is not None:
-        _core.set_fast_target(to, fast)
+    if fast is None:
+        return
+    _core.set_fast_target(to, fast)
+    mode = route_mode(obj, framework)
+    if mode:
+        fast.remember(type(obj), mode)
 
 
 def explain(
@@ -349,5 +500,5 @@ def explain(
     about the request are raised here too.
     """
     framework = resolve_target(to)
-    source = _read_source(obj, copy, consume=False)
+    source = _read_source(obj, copy, consume=False, target=framework)
     return _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)

@@ -41,4 +41,5 @@ include "_sequences.pxi"      # nested Python sequences
 include "_quirks.pxi"         # producer quirks at C speed (PyTorch bit views)
 include "_exchange_api.pxi"   # the C exchange API: type cache, consumer, producer table
 include "_negotiate.pxi"      # from_dlpack negotiation, to_dlpack
+include "_routes.pxi"         # convert's routes: decided once, cached, run in C
 include "_front.pxi"          # asarray/convert front doors, Python fallbacks

@@ -1,12 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-# Included by _core.pyx. The compiled front doors: convert's and asarray's
-# fast paths, which hand everything else to the Python fallbacks that
-# tensorbridge/__init__.py registers (this extension never imports upward).
-
-cimport cython
-from libc.stdint cimport int64_t, uintptr_t
-from libc.string cimport memset
-from tensorbridge._dlpack cimport *
+# Included by _core.pyx. The compiled front doors: convert (its cached routes,
+# _routes.pxi) and asarray's fast paths, which hand everything else to the Python
+# fallbacks that tensorbridge/__init__.py registers (this extension never imports
+# upward).
 
 from types import ModuleType as _ModuleType
 
@@ -52,123 +48,6 @@ cdef object _numpy_ops():
     if _numpy_ops_mod is None:
         _numpy_ops_mod = _fallback("load_numpy_ops")()
     return _numpy_ops_mod
-
-
-# --------------------------------------------------------------------------
-# convert's fast path: sources we read in C, targets with an exchange table
-# --------------------------------------------------------------------------
-
-# Types whose tensors convert may read through their exchange table without the
-# Python-level source reading (mutable frameworks: torch, paddle); the planner
-# registers them (register_fast_source) when it first reads one.
-cdef set _fast_sources = set()
-
-
-def register_fast_source(tp):
-    _fast_sources.add(tp)
-
-
-@cython.final
-@cython.auto_pickle(False)
-cdef class FastTarget:
-    """What a target framework's importer takes as it is (the fast subset of
-    Framework.precopy_reasons), and its exchange table. ``readonly_ok``: the target
-    keeps read-only data read-only (or its arrays are immutable, or it copies);
-    otherwise read-only data is handed over writable, as convert's default
-    ``readonly="share"`` does (the front door runs only with that default)."""
-    cdef const DLPackExchangeAPI* api
-    cdef bint accept[18][129]
-    cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
-    cdef int64_t alignment
-    cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
-
-    def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
-                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
-                 maker=None):
-        self.maker = maker
-        self.api = NULL
-        if maker is None:
-            self.api = _exchange_api_lookup(target_type)
-            if self.api == NULL:
-                raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
-        memset(self.accept, 0, sizeof(self.accept))
-        for d in dtypes:
-            self.accept[<int>d.code][<int>d.bits] = True
-        self.negative_strides = negative_strides
-        self.noncompact = noncompact
-        self.permuted = permuted
-        self.offset_ok = offset_ok
-        self.readonly_ok = readonly_ok
-        self.alignment = alignment
-
-    def __call__(self, Tensor t):
-        """The target's object for t (no checks)."""
-        return self.make(t)
-
-    cdef object make(self, Tensor t):
-        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
-            t = _view(t)
-            t._flags &= ~TB_FLAG_READ_ONLY
-        if self.maker is None:
-            return _to_py(self.api, t)
-        if self.maker == "identity":
-            return t
-        return self.maker(t)
-
-    cdef bint takes(self, Tensor t):
-        cdef int i
-        cdef bint negative = False, contiguous
-        if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
-            return False
-        if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
-            return False
-        if t._byte_offset != 0 and not self.offset_ok:
-            return False
-        if self.alignment and t._size() and (<uintptr_t>t._ptr()) % self.alignment:
-            return False
-        if t._size() <= 1 or t._c_contiguous():
-            return True
-        if not (self.noncompact and self.permuted):
-            return False   # leave the finer layout rules to the planner
-        for i in range(t._ndim):
-            if t._shape[i] > 1 and t._strides[i] < 0:
-                negative = True
-        return self.negative_strides or not negative
-
-
-def _fast_convert(FastTarget target, obj):
-    """convert(obj, target) when nothing needs planning: obj is a Tensor, a NumPy
-    array or a registered source type, and target takes it as it is. None otherwise
-    (the planner decides)."""
-    cdef Tensor t
-    cdef _ApiSlot* slot
-    if type(obj) is Tensor:
-        t = <Tensor>obj
-    elif _is_ndarray(obj):
-        t = _import_ndarray(obj)
-        if t is None:
-            return None
-    elif _use_exchange_api and type(obj) in _fast_sources:
-        slot = _type_slot(obj)
-        if slot.api == NULL:
-            return None
-        t = _from_exchange_api(obj, slot.api, None, True, slot.flags)
-        if t is None:
-            return None
-    else:
-        return None
-    if not target.takes(t):
-        return None
-    return target.make(t)
-
-
-# target (a name or module) -> FastTarget, set by the planner (set_fast_target) once
-# it has converted to that target; see _fast_convert.
-cdef dict _fast_targets = {}
-
-
-def set_fast_target(to, FastTarget target):
-    _fast_targets[to] = target
 
 
 def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False,
@@ -217,13 +96,17 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     """
     global _convert_general
     cdef FastTarget target
+    cdef int mode
     if dtype is None and device is None and copy is None and requires_grad is False and (
             readonly == "share") and (type(to) is str or type(to) is _ModuleType):
+        # The route the planner cached for type(obj) and this target (_routes.pxi).
         target = _fast_targets.get(to)
         if target is not None:
-            result = _fast_convert(target, obj)
-            if result is not None:
-                return result
+            mode = target._mode(obj)
+            if mode > 0:
+                result = target.run(mode, obj)
+                if result is not None:
+                    return result
     if _convert_general is None:
         _convert_general = _fallback("load_convert")()
     return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,

@@ -115,8 +115,35 @@ class Framework:
     fallback_path: ClassVar[str] = ""
     #: Quirks tensorbridge handles for this framework: (what, how it is handled).
     quirks: ClassVar[tuple[tuple[str, str], ...]] = ()
-    #: The dtypes the fast path may hand over (default: `dtypes`).
+    #: The dtypes a cached route may hand over (default: `dtypes`).
     fast_dtypes: ClassVar[frozenset[str] | None] = None
+    #: True when a cached route may hand it only C-contiguous data (the planner
+    #: sorts out the rest: pyarrow.Array takes only contiguous 1-d data).
+    fast_contiguous_only: ClassVar[bool] = False
+    #: True when its importer reads only legacy capsules (so a read-only Tensor is
+    #: handed over as a writable-flagged view, which such a capsule cannot mark).
+    legacy_only: ClassVar[bool] = False
+
+    # -- routes (docs/design.md, "Routes") ---------------------------------------
+
+    #: True when its own importer (`importer`) may be handed a source object as it
+    #: is: it takes every layout and dtype it can hold, and refuses (raises) what it
+    #: cannot, so nothing tensorbridge fixes can go wrong there.
+    handoff: ClassVar[bool] = False
+    #: False when that importer takes dtypes it cannot hold without complaint
+    #: (tvm-ffi and complex types): handoffs then check the dtype first, and only
+    #: sources whose dtype can be read cheaply (NumPy arrays, exchange tables), or
+    #: whose framework holds no other dtypes, are handed over.
+    importer_refuses_dtypes: ClassVar[bool] = True
+    #: True when that importer reads producers' C exchange tables itself (then a
+    #: handoff beats reading the source here and exporting it again).
+    importer_reads_tables: ClassVar[bool] = False
+    #: True when its tensors can be lazy bit views whose memory does not hold their
+    #: values (PyTorch's negative and conjugate bits): checked before a handoff.
+    bit_views: ClassVar[bool] = False
+    #: False when its tensors' own exports need tensorbridge's checks (a device id
+    #: of None...), so they are never handed to another framework's importer.
+    trusted_export: ClassVar[bool] = True
 
     #: The cached `_core.FastTarget` (False: it has none); see `fast_target`.
     fast_cache: ClassVar[Any] = None
@@ -152,6 +179,14 @@ class Framework:
         gets wrong fixed first. Calls ``must_copy(why)`` before a fix that copies (it
         raises under copy=False) and appends to `notes` what else it did."""
         return obj
+
+    @classmethod
+    def reads_in_c(cls, tp: type) -> bool:
+        """True when objects of type tp need nothing of `prepare_source`, so a cached
+        route may read them in C (those that need a fix always come to the planner)."""
+        return not any(
+            "prepare_source" in vars(k) for k in cls.__mro__[: cls.__mro__.index(Framework)]
+        )
 
     # -- what the planner asks -------------------------------------------------
 
@@ -224,6 +259,27 @@ class Framework:
         return None
 
     @classmethod
+    def importer(cls) -> Any:
+        """Its own DLPack importer of an object (``numpy.from_dlpack``), for handoffs
+        (only asked when `handoff` is True)."""
+        return None
+
+    @classmethod
+    def current_stream(cls, device: Device) -> int | None:
+        """The stream a producer of CUDA/ROCm memory on `device` is asked to order
+        its work on when tensorbridge reads the data for this framework: the
+        framework's current stream there, as DLPack's ``stream`` value (1 for CUDA's
+        legacy default stream), or None when the framework has no stream of its own
+        (the producer then synchronises with the legacy default stream)."""
+        return None
+
+    @classmethod
+    def guard64(cls) -> Any:
+        """A callable saying whether 64-bit data may take a cached route now (for
+        run-time configuration such as JAX's x64 switch), or None."""
+        return None
+
+    @classmethod
     def fast_target(cls) -> Any:
         """A `_core.FastTarget` for this framework (its exchange table, or its
         `fast_maker`), cached; None when it has neither."""
@@ -241,12 +297,15 @@ class Framework:
                         target_type=tp,
                         dtypes=[DTYPES[n] for n in (cls.fast_dtypes or cls.dtypes)],
                         negative_strides=cls.negative_strides,
-                        noncompact=cls.noncompact_strides,
-                        permuted=cls.permuted,
+                        noncompact=cls.noncompact_strides and not cls.fast_contiguous_only,
+                        permuted=cls.permuted and not cls.fast_contiguous_only,
                         offset_ok=cls.byte_offset == "honours",
-                        readonly_ok=cls.readonly != "writable" or cls.always_copies,
+                        readonly_ok=(cls.readonly != "writable" or cls.always_copies)
+                        and not cls.legacy_only,
                         alignment=cls.alignment,
                         maker=maker,
+                        importer=cls.importer() if cls.handoff else None,
+                        guard64=cls.guard64(),
                     )
                 except TypeError:
                     cached = False  # no usable table: the Python-level importer

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorbridge._core import Tensor
+from tensorbridge._devices import Device
 from tensorbridge._frameworks.base import STANDARD, Framework, TensorInfo
 
 __all__ = ["CupyFramework"]
@@ -35,6 +36,18 @@ class CupyFramework(Framework):
         if t.device.type in ("cuda", "cuda_managed"):
             return []
         return [f"cupy holds GPU memory: the {t.device} data is copied to the GPU"]
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack
+
+    @classmethod
+    def current_stream(cls, device: Device) -> int | None:
+        cupy = cls.module()
+        with cupy.cuda.Device(device.index):
+            handle = int(cupy.cuda.get_current_stream().ptr)
+        # The null stream's handle is 0: DLPack's 1 on CUDA (legacy default), 0 on ROCm.
+        return 1 if handle == 0 and device.type != "rocm" else handle
 
     @classmethod
     def make(cls, t: Tensor) -> Any:

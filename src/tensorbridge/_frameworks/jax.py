@@ -8,6 +8,7 @@ import importlib
 from typing import Any
 
 from tensorbridge._core import Tensor
+from tensorbridge._devices import Device
 from tensorbridge._dtypes import DTYPES
 from tensorbridge._frameworks.base import FLOAT8, STANDARD, Framework, writable_view
 
@@ -25,6 +26,7 @@ class JaxFramework(Framework):
     negative_strides = False
     alignment = 64
     readonly = "immutable"
+    legacy_only = True
     path = "jax.dlpack.from_dlpack (JAX reads legacy capsules only)"
     quirks = (
         (
@@ -71,3 +73,28 @@ class JaxFramework(Framework):
     @classmethod
     def make(cls, t: Tensor) -> Any:
         return cls.module().dlpack.from_dlpack(writable_view(t))
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().dlpack.from_dlpack
+
+    @classmethod
+    def current_stream(cls, device: Device) -> int | None:
+        # JAX has no current stream of its own: its importer orders the producer's
+        # work on the stream its device gives for external events.
+        try:
+            for d in cls.module().devices():
+                if d.platform in ("gpu", "cuda", "rocm") and d.local_hardware_id == device.index:
+                    return int(d.get_stream_for_external_ready_events())
+        except Exception:
+            return None  # no such device or method: DLPack's default
+        return None
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        return cls.module().dlpack.from_dlpack
+
+    @classmethod
+    def guard64(cls) -> Any:
+        config = cls.module().config
+        return lambda: bool(config.read("jax_enable_x64"))

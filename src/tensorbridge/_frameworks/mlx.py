@@ -24,6 +24,11 @@ class MlxFramework(Framework):
     dtypes = (STANDARD - {"complex128"}) | {"bfloat16"}
     negative_strides = False
     always_copies = True
+    legacy_only = True
+    handoff = True  # refuses negative strides itself; narrows float64: dtypes checked
+    importer_refuses_dtypes = False
+    # float64 goes through mx.array (the planner): mx.from_dlpack narrows it.
+    fast_dtypes = (STANDARD - {"complex128", "float64"}) | {"bfloat16"}
     path = "mlx.core.from_dlpack (MLX always copies into its own memory)"
     quirks = (
         (
@@ -40,6 +45,14 @@ class MlxFramework(Framework):
             "such data is copied to a C-contiguous array first",
         ),
     )
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        return cls.module().from_dlpack
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack
 
     @classmethod
     def make(cls, t: Tensor) -> Any:

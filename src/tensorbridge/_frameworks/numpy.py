@@ -38,6 +38,7 @@ class NumpyFramework(Framework):
     )
     # Without the planner only NumPy's own dtypes (ml_dtypes ones need its checks).
     fast_dtypes = STANDARD
+    handoff = True
 
     @classmethod
     def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
@@ -45,6 +46,11 @@ class NumpyFramework(Framework):
         if numpy is not None and isinstance(obj, numpy.generic):
             must_copy(f"a {type(obj).__name__} is a value, not memory to share")
         return obj
+
+    @classmethod
+    def reads_in_c(cls, tp: type) -> bool:
+        numpy = sys.modules.get("numpy")
+        return numpy is None or not issubclass(tp, numpy.generic)
 
     @classmethod
     def unsupported_dtype(cls, dtype_name: str) -> str | None:
@@ -67,4 +73,8 @@ class NumpyFramework(Framework):
 
     @classmethod
     def fast_maker(cls) -> Any:
-        return Tensor.numpy
+        return cls.module().from_dlpack
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack

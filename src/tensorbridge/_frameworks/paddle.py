@@ -22,6 +22,7 @@ class PaddleFramework(Framework):
     dtypes = (STANDARD - {"uint16"}) | {"bfloat16", "float8_e4m3fn", "float8_e5m2"}
     negative_strides = False
     byte_offset = "fold"
+    trusted_export = False  # __dlpack_device__ answers (kDLCPU, None)
     autograd = True
     path = "paddle.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
     fallback_path = "paddle.utils.dlpack.from_dlpack on a versioned DLPack capsule"
@@ -47,7 +48,8 @@ class PaddleFramework(Framework):
         ),
         (
             "Paddle tensors cannot be read-only; READ_ONLY is ignored",
-            "read-only data is copied",
+            "convert shares read-only data writable by default, as paddle's own "
+            'from_dlpack does, and says so; readonly="copy" copies it',
         ),
         (
             "Paddle's __dlpack_device__ answers (kDLCPU, None)",
@@ -66,6 +68,10 @@ class PaddleFramework(Framework):
     @classmethod
     def exchange_type(cls) -> Any:
         return cls.module().Tensor
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().utils.dlpack.from_dlpack
 
     @classmethod
     def make(cls, t: Tensor) -> Any:

@@ -39,6 +39,9 @@ class PyarrowFramework(Framework):
     )
     negative_strides = False
     readonly = "immutable"
+    # Booleans are bit-packed in Arrow: the planner converts them.
+    fast_dtypes = dtypes - {"bool"}
+    fast_contiguous_only = True
     path = "pyarrow.Array.from_dlpack (1-d) or pyarrow.Tensor.from_dlpack (other shapes)"
     quirks = (
         (
@@ -80,6 +83,16 @@ class PyarrowFramework(Framework):
             must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
             obj = obj.to_numpy(zero_copy_only=False)
         return obj
+
+    @classmethod
+    def reads_in_c(cls, tp: type) -> bool:
+        return tp.__name__ not in ("ChunkedArray", "BooleanArray")
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        pa = cls.module()
+        array, tensor = pa.Array.from_dlpack, pa.Tensor.from_dlpack
+        return lambda t: array(t) if t.ndim == 1 else tensor(t)
 
     @classmethod
     def layout_problem(cls, t: TensorInfo) -> str | None:

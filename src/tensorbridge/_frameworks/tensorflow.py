@@ -28,6 +28,7 @@ class TensorflowFramework(Framework):
     byte_offset = "zero"
     alignment = 64
     readonly = "immutable"
+    legacy_only = True
     path = "tf.experimental.dlpack.from_dlpack on a legacy capsule (the only kind TF reads)"
     quirks = (
         (
@@ -60,6 +61,16 @@ class TensorflowFramework(Framework):
             obj = obj.read_value()
             notes.append("read the tf.Variable's value")
         return obj
+
+    @classmethod
+    def reads_in_c(cls, tp: type) -> bool:
+        return hasattr(tp, "__dlpack__")  # a tf.Variable's value is read first
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        from_dlpack = cls.module().experimental.dlpack.from_dlpack
+        to_dlpack = _core.to_dlpack
+        return lambda t: from_dlpack(to_dlpack(t))
 
     @classmethod
     def make(cls, t: Tensor) -> Any:

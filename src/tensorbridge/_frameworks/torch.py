@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorbridge._core import Tensor
+from tensorbridge._devices import Device
 from tensorbridge._frameworks.base import STANDARD, Framework
 
 __all__ = ["TORCH_FLOAT8", "TorchFramework", "has_view_bits", "resolve_view_bits"]
@@ -46,6 +47,7 @@ class TorchFramework(Framework):
     dtypes = STANDARD | TORCH_FLOAT8 | {"bfloat16"}
     negative_strides = False
     autograd = True
+    bit_views = True
     path = "torch.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
     fallback_path = "torch.from_dlpack on a versioned DLPack capsule"
     quirks = (
@@ -85,6 +87,25 @@ class TorchFramework(Framework):
             must_copy("torch negative-bit views must be resolved (a copy)")
             obj = obj.resolve_neg()
         return obj
+
+    @classmethod
+    def reads_in_c(cls, tp: type) -> bool:
+        # Bit views and tensors that require grad come through the exchange table
+        # too: the table read gives None for bit views (the planner resolves them).
+        return True
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack
+
+    @classmethod
+    def current_stream(cls, device: Device) -> int | None:
+        # torch.cuda serves ROCm builds too; its default stream's handle is 0, which
+        # DLPack spells 1 on CUDA (legacy default) and 0 on ROCm.
+        handle = int(cls.module().cuda.current_stream(device.index).cuda_stream)
+        if handle == 0 and device.type != "rocm":
+            return 1
+        return handle
 
     @classmethod
     def exchange_type(cls) -> Any:

@@ -20,12 +20,16 @@ class TvmFfiFramework(Framework):
     label = "tvm_ffi"
     dtypes = ALL_DTYPES - {"complex64", "complex128"} - SUBBYTE
     path = "tvm_ffi.from_dlpack"
+    handoff = True
+    importer_refuses_dtypes = False
+    importer_reads_tables = True
     quirks = (
         (
             "tvm_ffi.from_dlpack asks generic producers for legacy capsules, and ignores "
             "READ_ONLY in the managed tensors of C exchange tables (ours included), so "
             "read-only data arrives writable",
-            "read-only data is copied",
+            "convert shares read-only data writable by default, as tvm_ffi.from_dlpack "
+            'does, and says so; readonly="copy" copies it',
         ),
         (
             "tvm-ffi has no complex types ('unknown type_code=5')",
@@ -41,3 +45,11 @@ class TvmFfiFramework(Framework):
     @classmethod
     def make(cls, t: Tensor) -> Any:
         return cls.module().from_dlpack(t)
+
+    @classmethod
+    def fast_maker(cls) -> Any:
+        return cls.module().from_dlpack
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack

@@ -1,0 +1,347 @@
+# SPDX-License-Identifier: Apache-2.0
+# Included by _core.pyx. convert's routes: how a source type reaches a target,
+# decided once by the planner and then run here, in C, from a cache.
+
+cimport cython
+from cpython.ref cimport PyObject, PyTypeObject, Py_TYPE
+from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport memset
+from tensorbridge._dlpack cimport *
+from tensorbridge._cpython cimport *
+from tensorbridge._host cimport *
+
+cdef extern from "Python.h":
+    PyObject* PyImport_GetModuleDict()      # borrowed
+    Py_ssize_t _dict_size "PyDict_Size"(PyObject* d)
+
+
+# --------------------------------------------------------------------------
+# Route modes
+# --------------------------------------------------------------------------
+#
+# A route says how the source is read (in C) and how the target's object is made.
+# The planner decides it on the first conversion of a (source type, target) it
+# can vouch for (tensorbridge._convert._remember_route); every later call with no
+# option runs it here. A route never decides alone: every object still passes the
+# target's checks (FastTarget.takes), and anything a route cannot do as it is goes
+# back to the planner, which copies, folds or refuses, and says why.
+
+cdef enum:
+    ROUTE_READ_MASK = 7
+    ROUTE_TENSOR = 1        # the Tensor itself
+    ROUTE_NDARRAY = 2       # NumPy's array struct (_import_ndarray)
+    ROUTE_TABLE = 3         # the source type's C exchange table
+    ROUTE_PROTOCOL = 4      # __dlpack__, as from_dlpack asks it
+    ROUTE_HANDOFF = 8       # hand the source object to the target's own importer
+    ROUTE_MARK_READONLY = 16  # handoff: mark the (NumPy) result read-only
+    ROUTE_TORCH_BITS = 32   # handoff: refuse torch bit views (back to the planner)
+    ROUTE_WRITABLE_ONLY = 64  # handoff: only writable NumPy arrays (else read and make)
+    ROUTE_CHECK_DTYPE = 128   # handoff: only dtypes the target holds (else read and make)
+
+
+def _route_constants():
+    """The mode bits, for the planner (tensorbridge._convert)."""
+    return dict(TENSOR=ROUTE_TENSOR, NDARRAY=ROUTE_NDARRAY, TABLE=ROUTE_TABLE,
+                PROTOCOL=ROUTE_PROTOCOL, HANDOFF=ROUTE_HANDOFF,
+                MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
+                WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE)
+
+
+# The cache: per target, a small two-way table of source types. A slot holds the
+# type's address and its CPython version tag (a new tag whenever the type or a base
+# changes, e.g. gains or loses an exchange table, and never reused by another type),
+# so no reference to the type is kept and a type that dies cannot be mistaken for a
+# new one at the same address. A slot is also stale when the process imported or
+# dropped a module since it was written (a framework imported later may change what
+# the planner would decide), or after clear_routes().
+
+cdef struct _RouteSlot:
+    void* tp
+    unsigned int tag
+    Py_ssize_t modules
+    unsigned int epoch
+    int mode
+
+cdef enum:
+    ROUTE_SLOTS = 32        # per target, two ways: 16 sets
+    TAKES_NO = 0
+    TAKES_YES = 1
+    TAKES_COPY = 2
+    MAKE_TABLE = 0
+    MAKE_IDENTITY = 1
+    MAKE_CALL = 2
+
+cdef unsigned int _route_epoch = 1
+
+
+def clear_routes():
+    """Forget every cached route (tests, and callers that changed a framework's
+    configuration in a way a module import does not show)."""
+    global _route_epoch
+    _route_epoch += 1
+
+
+cdef inline Py_ssize_t _module_count():
+    return _dict_size(PyImport_GetModuleDict())
+
+
+# --------------------------------------------------------------------------
+# Targets
+# --------------------------------------------------------------------------
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class FastTarget:
+    """A target framework as routes see it: what its importer takes as it is (the
+    fast subset of Framework.precopy_reasons), how its object is made from a Tensor
+    (its exchange table, the Tensor itself, or ``maker(t)``), its own importer for
+    handoffs, and the routes of the source types converted to it so far.
+
+    ``readonly_ok``: the target is given read-only Tensors as they are (it keeps
+    them read-only, or its arrays are immutable and it reads versioned capsules);
+    otherwise a writable-flagged view is handed over, as convert's default
+    ``readonly="share"`` does (routes run only with that default). ``guard64``: for
+    targets whose 64-bit types depend on run-time configuration (JAX's x64 switch), a
+    callable asked before 64-bit data takes the route."""
+    cdef const DLPackExchangeAPI* api
+    cdef bint accept[18][129]
+    cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
+    cdef int64_t alignment
+    cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
+    cdef int make_kind      # MAKE_*, from maker
+    cdef object importer    # the target's own from_dlpack, for handoffs (or None)
+    cdef object guard64
+    cdef _RouteSlot routes[ROUTE_SLOTS]
+
+    def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
+                 bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
+                 maker=None, importer=None, guard64=None):
+        self.maker = maker
+        self.make_kind = (MAKE_TABLE if maker is None else
+                          MAKE_IDENTITY if isinstance(maker, str) and maker == "identity" else
+                          MAKE_CALL)
+        self.importer = importer
+        self.guard64 = guard64
+        self.api = NULL
+        if maker is None:
+            self.api = _exchange_api_lookup(target_type)
+            if self.api == NULL:
+                raise TypeError(f"{target_type!r} has no usable DLPack exchange table")
+        memset(self.accept, 0, sizeof(self.accept))
+        memset(self.routes, 0, sizeof(self.routes))
+        for d in dtypes:
+            self.accept[<int>d.code][<int>d.bits] = True
+        self.negative_strides = negative_strides
+        self.noncompact = noncompact
+        self.permuted = permuted
+        self.offset_ok = offset_ok
+        self.readonly_ok = readonly_ok
+        self.alignment = alignment
+
+    def __call__(self, Tensor t):
+        """The target's object for t (no checks)."""
+        return self.make(t)
+
+    # -- the cache ------------------------------------------------------------
+
+    def remember(self, tp, int mode):
+        """Route objects of type tp with `mode` from now on (0: ask the planner)."""
+        cdef _TypeObj* ctp
+        if not isinstance(tp, type):
+            raise TypeError(f"remember(): expected a type, got {tp!r}")
+        getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
+        ctp = <_TypeObj*><PyObject*>tp
+        if ctp.tp_version_tag == 0:
+            return      # a type without a tag cannot be cached safely
+        cdef _RouteSlot* slot = self._slot(<void*>ctp, True)
+        slot.tp = <void*>ctp
+        slot.tag = ctp.tp_version_tag
+        slot.modules = _module_count()
+        slot.epoch = _route_epoch
+        slot.mode = mode
+
+    def route_of(self, obj):
+        """The cached mode for type(obj), or -1 (tests and explain)."""
+        return self._mode(obj)
+
+    cdef _RouteSlot* _slot(self, void* tp, bint for_writing):
+        """tp's slot (its set's first way when it has none and not for_writing)."""
+        cdef Py_ssize_t base = ((<uintptr_t>tp >> 5) % (ROUTE_SLOTS // 2)) * 2
+        cdef _RouteSlot* first = &self.routes[base]
+        cdef _RouteSlot* second = &self.routes[base + 1]
+        if first.tp == tp or not for_writing and second.tp != tp:
+            return first
+        if second.tp == tp or second.tp == NULL:
+            return second
+        # A new type evicts the set's older entry (first); the newer moves there.
+        first[0] = second[0]
+        return second
+
+    cdef inline int _mode(self, object obj):
+        cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
+        cdef _RouteSlot* slot = self._slot(<void*>tp, False)
+        if (slot.tp != <void*>tp or slot.tag != tp.tp_version_tag or slot.tag == 0
+                or slot.epoch != _route_epoch or slot.modules != _module_count()):
+            return -1
+        return slot.mode
+
+    # -- running a route -------------------------------------------------------
+
+    cdef object run(self, int mode, object obj):
+        """The target's object for obj along `mode`, or None: the planner decides."""
+        if mode & ROUTE_HANDOFF:
+            return self._hand_off(mode, obj)
+        return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+
+    cdef object _read_and_make(self, int read, object obj):
+        cdef Tensor t
+        cdef _ApiSlot* slot
+        cdef int verdict
+        if read == ROUTE_TENSOR:
+            t = <Tensor>obj
+        elif read == ROUTE_NDARRAY:
+            t = _import_ndarray(obj)
+        elif read == ROUTE_TABLE:
+            if not _use_exchange_api:
+                return None
+            slot = _type_slot(obj)
+            if slot.api == NULL:
+                return None
+            # Torch bit views come back None: the planner resolves them (a copy).
+            t = _from_exchange_api(obj, slot.api, None, True, slot.flags)
+        elif read == ROUTE_PROTOCOL:
+            if _type_slot(obj).flags & TI_STREAM:
+                # It has exported device memory: the planner asks it on the
+                # consumer's stream.
+                return None
+            # As from_dlpack(obj) reads it; stream=-1 where the full negotiation is
+            # needed, so that a producer of device memory is not made to synchronise
+            # for a Tensor that takes() drops.
+            try:
+                t = _from_producer_fast(obj, None, None)
+                if t is None:
+                    t = _from_producer(obj, None, None, -1)
+            except Exception:
+                return None     # the planner reads it again, and says what is wrong
+        else:
+            return None
+        if t is None:
+            return None
+        verdict = self.takes(t)
+        if verdict == TAKES_NO:
+            return None
+        if verdict == TAKES_COPY:
+            t = _copy_contiguous(t)     # what the planner copies: same memory kind
+        return self.make(t)
+
+    cdef object _hand_off(self, int mode, object obj):
+        """The target's own importer, given the source object: the call a user would
+        make (on GPUs, producer and consumer then make their stream handshake). Any
+        refusal goes to the planner, which fixes or explains it."""
+        cdef PyObject* args[1]
+        cdef tb_npy_array* arr
+        if mode & ROUTE_TORCH_BITS and _torch_bits(obj, False) is not None:
+            return None
+        if mode & ROUTE_WRITABLE_ONLY and not (
+                _npy_struct_state == 1 and
+                (<tb_npy_array*><PyObject*>obj).flags & TB_NPY_WRITEABLE):
+            return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+        if mode & ROUTE_CHECK_DTYPE and not self._holds_dtype_of(mode & ROUTE_READ_MASK, obj):
+            return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+        args[0] = <PyObject*>obj
+        try:
+            result = PyObject_Vectorcall(self.importer, args, 1, NULL)
+        except Exception:
+            return None
+        if mode & ROUTE_MARK_READONLY:
+            if _npy_struct_state == 1 and _is_ndarray(result):
+                arr = <tb_npy_array*><PyObject*>result
+                arr.flags &= ~TB_NPY_WRITEABLE
+            else:
+                result.flags.writeable = False
+        return result
+
+    cdef bint _holds_dtype_of(self, int read, object obj) except -1:
+        """Whether obj's dtype is one the target holds, read without importing obj:
+        from NumPy's array struct, or the source table's non-owning DLTensor view."""
+        cdef tb_npy_descr* descr
+        cdef DLDataType dt
+        cdef DLTensor view
+        cdef _ApiSlot* slot
+        if read == ROUTE_NDARRAY:
+            if _npy_struct_state != 1:
+                return False
+            descr = (<tb_npy_array*><PyObject*>obj).descr
+            if descr == NULL or not tb_npy_dtype(descr.type_num, &dt.code, &dt.bits):
+                return False
+            return self.accept[dt.code][dt.bits]
+        if read == ROUTE_TABLE and _use_exchange_api:
+            slot = _type_slot(obj)
+            if slot.api == NULL or slot.api.dltensor_from_py_object_no_sync == NULL:
+                return False
+            if slot.api.dltensor_from_py_object_no_sync(<void*>obj, &view) != 0:
+                _clear_refusal()
+                return False
+            # (A bare DLTensor has no flags: sub-byte types, packed or not, are refused.)
+            return (view.dtype.lanes == 1 and view.dtype.code < 18 and 8 <= view.dtype.bits
+                    and view.dtype.bits <= 128 and self.accept[view.dtype.code][view.dtype.bits])
+        return False
+
+    cdef object make(self, Tensor t):
+        if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
+            t = _view(t)
+            t._flags &= ~TB_FLAG_READ_ONLY
+        cdef PyObject* args[1]
+        if self.make_kind == MAKE_TABLE:
+            return _to_py(self.api, t)
+        if self.make_kind == MAKE_IDENTITY:
+            return t
+        args[0] = <PyObject*>t
+        return PyObject_Vectorcall(self.maker, args, 1, NULL)
+
+    cdef int takes(self, Tensor t) except -1:
+        """TAKES_YES: the target takes t as it is; TAKES_COPY: it takes a C-contiguous
+        copy (the data is only misaligned, which the planner copies too); TAKES_NO:
+        the planner decides."""
+        cdef int i
+        cdef bint negative = False, layout_ok
+        cdef int64_t size = t._size()
+        if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
+            return TAKES_NO
+        if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
+            return TAKES_NO
+        if self.guard64 is not None and (t._dtype.bits == 128 or (
+                t._dtype.bits == 64 and t._dtype.code != kDLComplex)) and not self.guard64():
+            return TAKES_NO
+        if t._byte_offset != 0 and not self.offset_ok:
+            return TAKES_NO
+        if size <= 1 or t._c_contiguous():
+            layout_ok = True
+        elif not (self.noncompact and self.permuted):
+            return TAKES_NO    # leave the finer layout rules to the planner
+        else:
+            for i in range(t._ndim):
+                if t._shape[i] > 1 and t._strides[i] < 0:
+                    negative = True
+            layout_ok = self.negative_strides or not negative
+            if not layout_ok:
+                return TAKES_NO
+        if self.alignment and size and (<uintptr_t>t._ptr()) % self.alignment:
+            return TAKES_COPY
+        return TAKES_YES
+
+
+# target (a name or module) -> FastTarget, set by the planner (set_fast_target) once
+# it has converted to that target.
+cdef dict _fast_targets = {}
+
+
+def set_fast_target(to, FastTarget target):
+    _fast_targets[to] = target
+
+
+def _fast_convert(FastTarget target, obj):
+    """convert(obj, target) along obj's cached route, or None (the planner decides);
+    for tests."""
+    cdef int mode = target._mode(obj)
+    return None if mode <= 0 else target.run(mode, obj)

@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""convert as a middleman on GPUs: the producer is asked with the consumer's current
+stream, tensorbridge never copies device memory itself, and data that needs nothing
+is handed to the consumer's own importer (which then makes the stream handshake).
+
+There is no GPU here: fake producers report CUDA/ROCm devices and record every
+keyword they are given; a fake consumer framework is registered for each test."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+from producers import Producer
+
+import tensorbridge as tb
+from tensorbridge import _testing
+from tensorbridge._core import Tensor
+from tensorbridge._frameworks import FRAMEWORKS, Framework
+from tensorbridge._frameworks.cupy import CupyFramework
+from tensorbridge._frameworks.torch import TorchFramework
+
+ADDRESS = 0x7F0000001000  # never touched: the memory is "on the GPU"
+STREAM = 0xBEEF
+
+
+def gpu_producer(device=(2, 0), shape=(4,), strides=None, copy_strides=None):
+    """A producer of device memory whose __dlpack__ records its keywords; asked for a
+    copy (copy=True) it exports `copy_strides` (default: C order) and IS_COPIED."""
+
+    def make(**kw: Any) -> object:
+        copied = kw.get("copy") is True
+        layout = copy_strides if copied else strides
+        if layout is None:
+            layout = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+        return _testing.make_capsule(
+            ADDRESS + (0x100000 if copied else 0),
+            shape=shape,
+            strides=layout,
+            device=device,
+            flags=2 if copied else 0,  # DLPACK_FLAG_BITMASK_IS_COPIED
+        )
+
+    return Producer(make, device=device)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A consumer framework named "fakegpu" that holds CUDA/ROCm memory, has a current
+    stream, refuses negative strides, and records what it is given."""
+    calls: list[tuple[str, Any]] = []
+
+    class FakeGpuFramework(Framework):
+        name = "fakegpu"
+        modules = ("fakegpu",)
+        negative_strides = False
+        path = "fakegpu.from_dlpack"
+        stream: int | None = STREAM
+
+        @classmethod
+        def module(cls) -> Any:
+            return types.SimpleNamespace(from_dlpack=cls.importer())
+
+        @classmethod
+        def importer(cls) -> Any:
+            return lambda obj: calls.append(("importer", obj)) or obj
+
+        @classmethod
+        def current_stream(cls, device: Any) -> int | None:
+            calls.append(("current_stream", device))
+            return cls.stream
+
+        @classmethod
+        def make(cls, t: Tensor) -> Any:
+            calls.append(("make", t))
+            return t
+
+        @classmethod
+        def dtype_name(cls, obj: Any) -> str:
+            # (The producers here make float32; reading one again would be recorded.)
+            return obj.dtype.name if type(obj) is Tensor else "float32"
+
+    monkeypatch.setitem(FRAMEWORKS, "fakegpu", FakeGpuFramework)
+    FakeGpuFramework.calls = calls
+    return FakeGpuFramework
+
+
+def streams(producer: Producer) -> list[Any]:
+    return [kw.get("stream", "absent") for kw in producer.calls]
+
+
+def test_the_producer_is_asked_with_the_consumers_stream_and_handed_over(fake_gpu):
+    x = gpu_producer()
+    result = tb.convert(x, "fakegpu")
+    # Read once with the consumer's current stream, then handed to its own importer:
+    # the object itself, not a Tensor of ours (the consumer makes its own handshake).
+    assert result is x
+    assert streams(x) == [STREAM]
+    assert [c[0] for c in fake_gpu.calls] == ["current_stream", "importer"]
+    assert fake_gpu.calls[0][1] == "cuda:0"
+
+
+def test_explain_shows_the_stream_and_does_not_synchronise(fake_gpu):
+    x = gpu_producer()
+    plan = tb.explain(x, "fakegpu")
+    assert plan.stream == STREAM and plan.shares_memory
+    assert f"stream:  {STREAM:#x}, fakegpu's current stream" in str(plan)
+    assert "own importer on the source object" in plan.path
+    assert streams(x) == [-1]  # metadata only: no ordering asked of the producer
+
+
+def test_a_framework_without_streams_gets_the_legacy_default(fake_gpu):
+    fake_gpu.stream = None
+    x = gpu_producer()
+    plan = tb.explain(x, "fakegpu")
+    assert plan.stream is None
+    assert "stream:  none: DLPack's default, the legacy default stream" in str(plan)
+    tb.convert(x, "fakegpu")
+    assert streams(x)[-1] == 1  # CUDA's legacy default stream
+
+
+def test_rocm_streams(fake_gpu):
+    fake_gpu.stream = 0  # ROCm's default stream is 0
+    x = gpu_producer(device=(10, 1))
+    tb.convert(x, "fakegpu")
+    assert streams(x) == [0]
+    assert fake_gpu.calls[0][1] == "rocm:1"
+
+
+def test_a_needed_copy_is_asked_of_the_producer_on_the_stream(fake_gpu):
+    x = gpu_producer(shape=(4,), strides=(-1,))  # negative strides: fakegpu refuses them
+    plan = tb.explain(x, "fakegpu")
+    assert not plan.shares_memory
+    assert "fakegpu cannot take negative strides" in plan.copies
+    assert any("asked of the producer" in n for n in plan.notes)
+    result = tb.convert(x, "fakegpu")
+    copy_call = x.calls[-1]
+    assert copy_call["copy"] is True and copy_call["stream"] == STREAM
+    assert type(result) is Tensor and result.strides == (1,)
+    assert result.data_ptr() == ADDRESS + 0x100000  # the producer's copy, not ours
+    assert [c[0] for c in fake_gpu.calls if c[0] != "current_stream"] == ["make"]
+
+
+def test_a_producer_copy_that_still_does_not_fit_is_refused(fake_gpu):
+    x = gpu_producer(strides=(-1,), copy_strides=(-1,))
+    with pytest.raises(BufferError, match="the producer's copy still does not fit fakegpu"):
+        tb.convert(x, "fakegpu")
+
+
+def test_device_memory_is_never_copied_or_cast_here(fake_gpu):
+    t = tb.from_dlpack(gpu_producer(strides=(-1,)), stream=-1)  # a Tensor: no producer
+    with pytest.raises(BufferError, match="tensorbridge does not copy cuda:0 memory itself"):
+        tb.convert(t, "fakegpu")
+    with pytest.raises(BufferError, match="tensorbridge does not compute on cuda:0 memory"):
+        tb.convert(gpu_producer(), "fakegpu", dtype="float64")
+    with pytest.raises(BufferError, match="copy=False, but fakegpu cannot take negative"):
+        tb.convert(gpu_producer(strides=(-1,)), "fakegpu", copy=False)
+
+
+def test_transforms_are_made_by_tensorbridge_after_the_stream_handshake(fake_gpu, monkeypatch):
+    # A consumer that ignores byte_offset: the offset is folded by tensorbridge, so
+    # the producer is asked with the consumer's stream and a Tensor is handed over.
+    monkeypatch.setattr(fake_gpu, "byte_offset", "fold")
+
+    def make(**kw: Any) -> object:
+        return _testing.make_capsule(
+            ADDRESS, shape=(2,), strides=(1,), device=(2, 0), byte_offset=8
+        )
+
+    x = Producer(make, device=(2, 0))
+    result = tb.convert(x, "fakegpu")
+    assert type(result) is Tensor and result.data_ptr() == ADDRESS + 8
+    assert streams(x) == [STREAM]
+    assert [c[0] for c in fake_gpu.calls] == ["current_stream", "make"]
+
+
+def test_host_memory_is_not_asked_with_a_stream(fake_gpu):
+    a = np.arange(4.0)
+    x = Producer(
+        lambda **kw: _testing.make_capsule(a, shape=(4,), strides=(1,), dtype=(2, 64, 1)),
+        device=(1, 0),
+    )
+    tb.convert(x, "fakegpu")
+    assert all(kw.get("stream") is None for kw in x.calls)
+    assert not any(c[0] == "current_stream" for c in fake_gpu.calls)
+
+
+def test_torch_current_stream(monkeypatch):
+    handles = {0: 0, 1: 0x1234}
+
+    def current_stream(index):
+        return types.SimpleNamespace(cuda_stream=handles[index])
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=current_stream))
+    monkeypatch.setattr(TorchFramework, "module", classmethod(lambda cls: fake))
+    assert TorchFramework.current_stream(tb.Device("cuda:0")) == 1  # default: legacy
+    assert TorchFramework.current_stream(tb.Device("cuda:1")) == 0x1234
+    assert TorchFramework.current_stream(tb.Device("rocm:0")) == 0  # ROCm's default
+
+
+def test_cupy_current_stream(monkeypatch):
+    current = {"ptr": 0}
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    cuda = types.SimpleNamespace(
+        Device=Device, get_current_stream=lambda: types.SimpleNamespace(ptr=current["ptr"])
+    )
+    monkeypatch.setattr(
+        CupyFramework, "module", classmethod(lambda cls: types.SimpleNamespace(cuda=cuda))
+    )
+    assert CupyFramework.current_stream(tb.Device("cuda:0")) == 1
+    current["ptr"] = 0xABC
+    assert CupyFramework.current_stream(tb.Device("cuda:0")) == 0xABC
