@@ -65,7 +65,12 @@ def fake_gpu(monkeypatch):
 
         @classmethod
         def importer(cls) -> Any:
-            return lambda obj: calls.append(("importer", obj)) or obj
+            def import_(obj: Any) -> Any:  # as a real consumer: asks on its own stream
+                calls.append(("importer", obj))
+                obj.__dlpack__(stream=cls.stream, max_version=(1, 3))
+                return obj
+
+            return import_
 
         @classmethod
         def current_stream(cls, device: Any) -> int | None:
@@ -91,13 +96,26 @@ def streams(producer: Producer) -> list[Any]:
     return [kw.get("stream", "absent") for kw in producer.calls]
 
 
+def offset_producer(device=(2, 0)):
+    """Device memory starting 8 bytes into its allocation (a consumer that ignores
+    byte_offset needs it folded: a transform tensorbridge makes itself)."""
+
+    def make(**kw: Any) -> object:
+        return _testing.make_capsule(
+            ADDRESS, shape=(2,), strides=(1,), device=device, byte_offset=8
+        )
+
+    return Producer(make, device=device)
+
+
 def test_the_producer_is_asked_with_the_consumers_stream_and_handed_over(fake_gpu):
     x = gpu_producer()
     result = tb.convert(x, "fakegpu")
     # Read once with the consumer's current stream, then handed to its own importer:
     # the object itself, not a Tensor of ours (the consumer makes its own handshake).
+    # Our read asks for no ordering (-1); the one ordering request is the consumer's.
     assert result is x
-    assert streams(x) == [STREAM]
+    assert streams(x) == [-1, STREAM]
     assert [c[0] for c in fake_gpu.calls] == ["current_stream", "importer"]
     assert fake_gpu.calls[0][1] == "cuda:0"
 
@@ -111,21 +129,23 @@ def test_explain_shows_the_stream_and_does_not_synchronise(fake_gpu):
     assert streams(x) == [-1]  # metadata only: no ordering asked of the producer
 
 
-def test_a_framework_without_streams_gets_the_legacy_default(fake_gpu):
+def test_a_framework_without_streams_gets_the_legacy_default(fake_gpu, monkeypatch):
     fake_gpu.stream = None
-    x = gpu_producer()
+    monkeypatch.setattr(fake_gpu, "byte_offset", "fold")  # so that tensorbridge asks
+    x = offset_producer()
     plan = tb.explain(x, "fakegpu")
     assert plan.stream is None
     assert "stream:  none: DLPack's default, the legacy default stream" in str(plan)
     tb.convert(x, "fakegpu")
-    assert streams(x)[-1] == 1  # CUDA's legacy default stream
+    assert streams(x) == [-1, -1, 1]  # explain, the read, then CUDA's legacy default
 
 
-def test_rocm_streams(fake_gpu):
+def test_rocm_streams(fake_gpu, monkeypatch):
     fake_gpu.stream = 0  # ROCm's default stream is 0
-    x = gpu_producer(device=(10, 1))
+    monkeypatch.setattr(fake_gpu, "byte_offset", "fold")
+    x = offset_producer(device=(10, 1))
     tb.convert(x, "fakegpu")
-    assert streams(x) == [0]
+    assert streams(x) == [-1, 0]
     assert fake_gpu.calls[0][1] == "rocm:1"
 
 
@@ -136,8 +156,9 @@ def test_a_needed_copy_is_asked_of_the_producer_on_the_stream(fake_gpu):
     assert "fakegpu cannot take negative strides" in plan.copies
     assert any("asked of the producer" in n for n in plan.notes)
     result = tb.convert(x, "fakegpu")
+    assert streams(x) == [-1, -1, STREAM]  # explain, the read, the copy request
     copy_call = x.calls[-1]
-    assert copy_call["copy"] is True and copy_call["stream"] == STREAM
+    assert copy_call["copy"] is True
     assert type(result) is Tensor and result.strides == (1,)
     assert result.data_ptr() == ADDRESS + 0x100000  # the producer's copy, not ours
     assert [c[0] for c in fake_gpu.calls if c[0] != "current_stream"] == ["make"]
@@ -163,16 +184,10 @@ def test_transforms_are_made_by_tensorbridge_after_the_stream_handshake(fake_gpu
     # A consumer that ignores byte_offset: the offset is folded by tensorbridge, so
     # the producer is asked with the consumer's stream and a Tensor is handed over.
     monkeypatch.setattr(fake_gpu, "byte_offset", "fold")
-
-    def make(**kw: Any) -> object:
-        return _testing.make_capsule(
-            ADDRESS, shape=(2,), strides=(1,), device=(2, 0), byte_offset=8
-        )
-
-    x = Producer(make, device=(2, 0))
+    x = offset_producer()
     result = tb.convert(x, "fakegpu")
     assert type(result) is Tensor and result.data_ptr() == ADDRESS + 8
-    assert streams(x) == [STREAM]
+    assert streams(x) == [-1, STREAM]  # the metadata, then the one ordered request
     assert [c[0] for c in fake_gpu.calls] == ["current_stream", "make"]
 
 

@@ -65,13 +65,18 @@ def _stream_device(obj: Any) -> Device | None:
 
 
 def _read_source(
-    obj: Any, copy: bool | None, consume: bool, target: type[Framework] = Framework
+    obj: Any,
+    copy: bool | None,
+    consume: bool,
+    target: type[Framework] = Framework,
+    read: Tensor | None = None,
 ) -> _Source:
     """Turn obj into a Tensor, fixing what its framework's own export gets wrong.
 
-    A producer of CUDA/ROCm memory is asked with the target's current stream (its
-    work is then ordered before the target's; explain asks with -1, no ordering,
-    as it only reads the metadata)."""
+    A producer of CUDA/ROCm memory is read with stream -1 (no ordering: the metadata
+    is all the plan needs); `_carry_out` then makes the one request that orders the
+    producer's work before the target's, on the target's current stream. `read`:
+    what a cached route already read of obj through __dlpack__ (asked once)."""
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     framework = framework_of(obj)
     notes: list[str] = []
@@ -90,18 +95,23 @@ def _read_source(
     if isinstance(obj, (bool, int, float, complex, list, tuple)):
         must_copy(f"a {type(obj).__name__} is a value, not memory to share")
     producer = stream = None
-    device = _stream_device(obj)
+    device = _stream_device(obj) if read is None else None
     if device is not None:
         producer, stream = obj, target.current_stream(device)
-        tensor = _core.from_dlpack(obj, stream=stream if consume else -1)
+        tensor = _core.from_dlpack(obj, stream=-1)
     else:
-        tensor = _core.asarray(obj)
+        tensor = _core.asarray(obj) if read is None else read
     if framework is not None and framework.readonly == "immutable":
-        # (from_dlpack already imports the arrays of immutable types read-only.)
-        if not tensor.readonly:
-            tensor = _core.set_readonly(tensor, True)
         notes.append(f"{framework.name} arrays are immutable: the data is treated as read-only")
-    return _Source(tensor, kind, notes, copied, producer, stream)
+    return _Source(_immutable(tensor, framework), kind, notes, copied, producer, stream)
+
+
+def _immutable(tensor: Tensor, framework: type[Framework] | None) -> Tensor:
+    """The arrays of immutable frameworks are read-only whatever their export said
+    (from_dlpack already imports them read-only)."""
+    if framework is not None and framework.readonly == "immutable" and not tensor.readonly:
+        return _core.set_readonly(tensor, True)
+    return tensor
 
 
 class _CapsuleMeta:
@@ -353,14 +363,28 @@ def _make_plan(
     )
 
 
+def _stream_value(stream: int | None, t: Tensor) -> int:
+    """The stream to ask a producer of t's device with: the target's, or DLPack's
+    default spelled out (1, CUDA's legacy default stream; 0 on ROCm), so that the
+    request is one call whatever the producer's type did before."""
+    if stream is not None:
+        return stream
+    return 0 if t.device.type == "rocm" else 1
+
+
 def _carry_out(plan: Plan, t: Tensor, producer: Any = None) -> Any:
     framework = plan._framework
     if plan._handoff:
         # The target's own importer asks the producer itself, with its own stream.
         result = framework.importer()(producer)
     else:
+        if producer is not None and not plan._ask_copy:
+            # The one request on the target's stream (the plan was made from a read
+            # with -1); the same memory and layout again.
+            stream = _stream_value(plan.stream, t)
+            t = _immutable(_core.from_dlpack(producer, stream=stream), framework_of(producer))
         if plan._ask_copy:
-            t = _core.from_dlpack(producer, copy=True, stream=plan.stream)
+            t = _core.from_dlpack(producer, copy=True, stream=_stream_value(plan.stream, t))
             still = framework.precopy_reasons(t)
             if still:
                 raise BufferError(
@@ -401,11 +425,13 @@ def convert_general(
     copy: bool | None = None,
     requires_grad: bool = False,
     readonly: str = "share",
+    _read: Tensor | None = None,
 ) -> Any:
     """The planner's convert (the public `convert` is the compiled front door,
-    which answers plan-free calls in C and calls this for the rest)."""
+    which answers plan-free calls in C and calls this for the rest; `_read` is what
+    its route already read of obj)."""
     framework = resolve_target(to)
-    source = _read_source(obj, copy, consume=True, target=framework)
+    source = _read_source(obj, copy, consume=True, target=framework, read=_read)
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
     result = _carry_out(plan, source.tensor, source.producer)
     if (
@@ -437,8 +463,8 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     source = framework_of(obj)
     if tp is Tensor:
         read = _ROUTE["TENSOR"]
-    elif numpy is not None and issubclass(tp, numpy.ndarray):
-        read = _ROUTE["NDARRAY"]
+    elif exact_ndarray:
+        read = _ROUTE["NDARRAY"]  # (subclasses are read as the planner reads them)
     elif (source is not None and not source.reads_in_c(tp)) or _core.is_capsule(obj):
         return 0
     elif _core.exchange_api_info(obj) is not None:
@@ -449,9 +475,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         return 0
     if not target.handoff or source is None:
         return read
-    if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (
-        read == _ROUTE["NDARRAY"] and exact_ndarray
-    ):
+    if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
         mode = read | _ROUTE["HANDOFF"]
     elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
         mode = read | _ROUTE["HANDOFF"]  # it reads the table, not the Python protocol
@@ -462,8 +486,13 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
             return read  # no cheap way to see the dtype first
-    if source.readonly == "immutable" and target.readonly == "flag":
-        mode |= _ROUTE["MARK_READONLY"]  # its legacy export cannot say read-only
+    if target.readonly == "flag" and source.legacy_export:
+        # Its legacy capsule cannot say read-only, so a NumPy importer makes the
+        # result read-only (NumPy 2) or writable (older): right for immutable
+        # sources once marked read-only, wrong for mutable ones (no handoff).
+        if source.readonly != "immutable":
+            return read
+        mode |= _ROUTE["MARK_READONLY"]
     if source.bit_views:
         mode |= _ROUTE["TORCH_BITS"]
     if read == _ROUTE["NDARRAY"] and target.readonly == "writable":

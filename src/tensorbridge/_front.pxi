@@ -97,6 +97,7 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     global _convert_general
     cdef FastTarget target
     cdef int mode
+    read = None
     if dtype is None and device is None and copy is None and requires_grad is False and (
             readonly == "share") and (type(to) is str or type(to) is _ModuleType):
         # The route the planner cached for type(obj) and this target (_routes.pxi).
@@ -105,10 +106,15 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
             mode = target._mode(obj)
             if mode > 0:
                 result = target.run(mode, obj)
-                if result is not None:
+                if type(result) is _Read:
+                    read = (<_Read>result).tensor
+                elif result is not None:
                     return result
     if _convert_general is None:
         _convert_general = _fallback("load_convert")()
+    if read is not None:
+        return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
+                                requires_grad=requires_grad, readonly=readonly, _read=read)
     return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
                             requires_grad=requires_grad, readonly=readonly)
 

@@ -198,7 +198,7 @@ cdef inline bint _is_ndarray(object x) noexcept:
     return False
 
 
-cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
+cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags, bint host_only=False):
     """__dlpack__(max_version=...) without asking __dlpack_device__ first (which
     costs JAX 1.7 µs): no stream is passed, which is right for host memory. A
     capsule of CUDA/ROCm memory is dropped unconsumed and the stream handshake
@@ -206,7 +206,9 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
     max_version is asked its device and gets the legacy call, with the stream that
     device needs (the second and last call). Not for types known to refuse
     max_version or to have exported GPU memory: the full negotiation asks those
-    their device first."""
+    their device first. host_only: device memory gives None instead of the second
+    call (convert's routes leave device data to the planner, which asks once, on the
+    consumer's stream)."""
     cdef int mask = KW_COPY if copy is False else 0
     cdef DLDevice source
     cdef Tensor t
@@ -251,6 +253,8 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags):
             # producer that hands out one capsule gives it again), and asked again
             # with the stream: the second and last call.
             capsule = None
+            if host_only:
+                return None
             return _from_producer(x, None, copy, None, True)
     if queried and not _same_device(t._device, source):
         capsule = None

@@ -81,6 +81,11 @@ def clear_routes():
     _route_epoch += 1
 
 
+cdef inline bint _is_ndarray_type(object tp) noexcept:
+    """Exactly numpy.ndarray (once an array was seen: _is_ndarray)."""
+    return _ndarray_type != NULL and <PyTypeObject*><PyObject*>tp == _ndarray_type
+
+
 cdef inline Py_ssize_t _module_count():
     return _dict_size(PyImport_GetModuleDict())
 
@@ -88,6 +93,18 @@ cdef inline Py_ssize_t _module_count():
 # --------------------------------------------------------------------------
 # Targets
 # --------------------------------------------------------------------------
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Read:
+    """A route's answer when it read the source through __dlpack__ and then left it
+    to the planner: the Tensor it read, which the planner uses instead of asking the
+    producer again."""
+    cdef Tensor tensor
+
+    def __cinit__(self, Tensor tensor):
+        self.tensor = tensor
+
 
 @cython.final
 @cython.auto_pickle(False)
@@ -147,8 +164,15 @@ cdef class FastTarget:
     def remember(self, tp, int mode):
         """Route objects of type tp with `mode` from now on (0: ask the planner)."""
         cdef _TypeObj* ctp
+        cdef int read = mode & ROUTE_READ_MASK
         if not isinstance(tp, type):
             raise TypeError(f"remember(): expected a type, got {tp!r}")
+        # Each read trusts the object's layout in C: the type must be that kind.
+        if (read == ROUTE_TENSOR and tp is not Tensor) or (
+                read == ROUTE_NDARRAY and not _is_ndarray_type(tp)) or (
+                read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
+                read > ROUTE_PROTOCOL:
+            raise ValueError(f"remember(): mode {mode} cannot read {tp!r}")
         getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
         ctp = <_TypeObj*><PyObject*>tp
         if ctp.tp_version_tag == 0:
@@ -210,26 +234,33 @@ cdef class FastTarget:
             # Torch bit views come back None: the planner resolves them (a copy).
             t = _from_exchange_api(obj, slot.api, None, True, slot.flags)
         elif read == ROUTE_PROTOCOL:
-            if _type_slot(obj).flags & TI_STREAM:
-                # It has exported device memory: the planner asks it on the
+            slot = _type_slot(obj)
+            if slot.flags & TI_STREAM:
+                # It has exported device memory: the planner asks it, once, on the
                 # consumer's stream.
                 return None
-            # As from_dlpack(obj) reads it; stream=-1 where the full negotiation is
-            # needed, so that a producer of device memory is not made to synchronise
-            # for a Tensor that takes() drops.
+            # As from_dlpack(obj) reads it, except that device memory is not asked
+            # for again (the capsule is dropped unconsumed: the planner asks).
             try:
-                t = _from_producer_fast(obj, None, None)
-                if t is None:
+                if (slot.flags & (TI_PROTOCOL | TI_LEGACY)) == TI_PROTOCOL:
+                    t = _from_dlpack_unqueried(obj, None, slot.flags, True)
+                else:
                     t = _from_producer(obj, None, None, -1)
-            except Exception:
+            except Exception as exc:
+                if isinstance(exc, (MemoryError, RecursionError)):
+                    raise
                 return None     # the planner reads it again, and says what is wrong
+            if t is None:
+                return None
         else:
             return None
         if t is None:
             return None
         verdict = self.takes(t)
         if verdict == TAKES_NO:
-            return None
+            # The planner gets what was read: a producer may hand out one capsule,
+            # and asking twice costs twice.
+            return _Read(t) if read == ROUTE_PROTOCOL else None
         if verdict == TAKES_COPY:
             t = _copy_contiguous(t)     # what the planner copies: same memory kind
         return self.make(t)
@@ -251,8 +282,10 @@ cdef class FastTarget:
         args[0] = <PyObject*>obj
         try:
             result = PyObject_Vectorcall(self.importer, args, 1, NULL)
-        except Exception:
-            return None
+        except Exception as exc:
+            if isinstance(exc, (MemoryError, RecursionError)):
+                raise
+            return None     # the planner decides, and says what is wrong
         if mode & ROUTE_MARK_READONLY:
             if _npy_struct_state == 1 and _is_ndarray(result):
                 arr = <tb_npy_array*><PyObject*>result
@@ -344,4 +377,5 @@ def _fast_convert(FastTarget target, obj):
     """convert(obj, target) along obj's cached route, or None (the planner decides);
     for tests."""
     cdef int mode = target._mode(obj)
-    return None if mode <= 0 else target.run(mode, obj)
+    result = None if mode <= 0 else target.run(mode, obj)
+    return None if type(result) is _Read else result

@@ -203,3 +203,122 @@ def test_the_cache_is_bounded_and_keeps_no_type_alive():
     del cls, x
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+# -- a route gives what the planner gives, for every framework's arrays ----------
+
+
+def _installed():
+    from tensorbridge._frameworks import names
+
+    return [n for n in names(gpu=False) if FRAMEWORKS[n].available()]
+
+
+@pytest.mark.parametrize("target", _installed())
+@pytest.mark.parametrize("source", _installed())
+def test_a_route_gives_what_the_planner_gives(source, target):
+    from tensorbridge._cli.probes import probe
+    from tensorbridge._convert import convert_general
+
+    name_of = FRAMEWORKS[target].dtype_name
+    x = probe(source).sample([1.0, 2.0, 3.0, 4.0], "float32")
+    want = convert_general(x, target)  # the planner (it also caches the route)
+    got = tb.convert(x, target)  # the route, when there is one
+    for _ in range(2):
+        assert type(got) is type(want) and name_of(got) == name_of(want)
+        mine, theirs = tb.asarray(got), tb.asarray(want)
+        assert mine.tolist() == theirs.tolist() == [1.0, 2.0, 3.0, 4.0]
+        assert mine.readonly == theirs.readonly, "read-only-ness differs from the plan"
+        shared = tb.explain(x, target).shares_memory
+        assert (mine.data_ptr() == theirs.data_ptr()) == shared
+        got = tb.convert(x, target)
+
+
+def test_ndarray_subclasses_are_read_as_the_planner_reads_them():
+    class Frozen(np.ndarray):
+        def __dlpack__(self, **kw):
+            view = self.view(np.ndarray)
+            view.flags.writeable = False
+            return view.__dlpack__(**kw)
+
+    x = np.arange(3.0).view(Frozen)
+    first = tb.convert(x, "numpy")
+    assert fast("numpy").route_of(x) == R["PROTOCOL"]  # its own __dlpack__, asked
+    second = tb.convert(x, "numpy")
+    assert not first.flags.writeable and not second.flags.writeable
+    assert tb.explain(x, "numpy").source.endswith("read-only")
+
+
+@needs("mlx")
+def test_mutable_legacy_exporters_are_not_handed_to_numpy():
+    import mlx.core as mx
+
+    x = mx.arange(3.0)
+    first, second = tb.convert(x, "numpy"), tb.convert(x, "numpy")
+    assert first.flags.writeable and second.flags.writeable  # as the plan says
+    assert not fast("numpy").route_of(x) & R["HANDOFF"]
+
+
+@needs("jax")
+def test_jax_complex64_needs_no_x64():
+    import jax
+
+    enabled = jax.config.read("jax_enable_x64")
+    try:
+        jax.config.update("jax_enable_x64", False)
+        z = np.array([1 + 2j], dtype=np.complex64)
+        assert tb.explain(z, "jax").dtype == "complex64"
+        assert tb.convert(z, "jax").dtype == np.complex64
+        assert tb.convert(z, "jax").dtype == np.complex64  # along the route
+    finally:
+        jax.config.update("jax_enable_x64", enabled)
+
+
+@needs("torch")
+def test_a_producer_read_by_a_route_is_not_asked_again_by_the_planner():
+    from producers import Producer, capsule_of
+
+    base = np.arange(6.0)
+
+    def make(**kw):
+        return capsule_of(base[::-1])  # negative strides: torch needs a copy
+
+    cls = type("Reversed", (Producer,), {})
+    x = cls(make)
+    tb.convert(x, "torch")
+    x.calls.clear()
+    out = tb.convert(x, "torch")  # the route reads, gives up, the planner copies
+    assert out.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    assert len(x.calls) == 1
+
+
+def test_remember_refuses_modes_that_would_misread_the_type():
+    tb.convert(np.arange(2.0), "numpy")
+    target = fast("numpy")
+    for tp, mode in [(list, R["TENSOR"]), (_Producer, R["NDARRAY"]), (_Producer, R["TABLE"])]:
+        with pytest.raises(ValueError, match="cannot read"):
+            target.remember(tp, mode)
+    with pytest.raises(TypeError, match="expected a type"):
+        target.remember(np.arange(2.0), R["NDARRAY"])
+
+
+def test_mark_readonly_and_writable_only_in_c():
+    tb.convert(np.arange(2.0), "numpy")
+    target = fast("numpy")
+    try:
+        target.remember(np.ndarray, R["NDARRAY"] | R["HANDOFF"] | R["MARK_READONLY"])
+        a = np.arange(3.0)
+        out = tb.convert(a, "numpy")
+        assert not out.flags.writeable and a.flags.writeable
+        assert np.shares_memory(out, a)
+    finally:
+        _core.clear_routes()
+
+
+@needs("tvm_ffi")
+def test_read_only_arrays_reach_tvm_ffi_through_the_route(no_planner):
+    tb.convert(np.arange(3.0), "tvm_ffi")
+    no_planner("tvm_ffi")
+    ro = np.arange(3.0)
+    ro.flags.writeable = False  # tvm_ffi's importer would refuse it: read and shared
+    assert tb.from_dlpack(tb.convert(ro, "tvm_ffi")).data_ptr() == ro.ctypes.data

@@ -138,6 +138,9 @@ class Framework:
     #: True when that importer reads producers' C exchange tables itself (then a
     #: handoff beats reading the source here and exporting it again).
     importer_reads_tables: ClassVar[bool] = False
+    #: True when its tensors' ``__dlpack__`` gives legacy capsules whatever it is
+    #: asked (so a consumer cannot learn whether they are read-only).
+    legacy_export: ClassVar[bool] = False
     #: True when its tensors can be lazy bit views whose memory does not hold their
     #: values (PyTorch's negative and conjugate bits): checked before a handoff.
     bit_views: ClassVar[bool] = False

@@ -27,6 +27,7 @@ class JaxFramework(Framework):
     alignment = 64
     readonly = "immutable"
     legacy_only = True
+    legacy_export = True
     path = "jax.dlpack.from_dlpack (JAX reads legacy capsules only)"
     quirks = (
         (
@@ -60,7 +61,8 @@ class JaxFramework(Framework):
         problem = super().unsupported_dtype(dtype_name)
         if problem:
             return problem
-        if DTYPES[dtype_name].bits == 64 or dtype_name == "complex128":
+        dtype = DTYPES[dtype_name]
+        if (dtype.bits == 64 and dtype.code != 5) or dtype_name == "complex128":  # 5: complex
             jax = cls.module()
             if not jax.config.read("jax_enable_x64"):
                 return (
@@ -85,7 +87,9 @@ class JaxFramework(Framework):
         try:
             for d in cls.module().devices():
                 if d.platform in ("gpu", "cuda", "rocm") and d.local_hardware_id == device.index:
-                    return int(d.get_stream_for_external_ready_events())
+                    handle = int(d.get_stream_for_external_ready_events())
+                    # 0 is the default stream: DLPack's 1 on CUDA (legacy), 0 on ROCm.
+                    return 1 if handle == 0 and device.type != "rocm" else handle
         except Exception:
             return None  # no such device or method: DLPack's default
         return None

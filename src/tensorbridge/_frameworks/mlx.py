@@ -25,6 +25,7 @@ class MlxFramework(Framework):
     negative_strides = False
     always_copies = True
     legacy_only = True
+    legacy_export = True
     handoff = True  # refuses negative strides itself; narrows float64: dtypes checked
     importer_refuses_dtypes = False
     # float64 goes through mx.array (the planner): mx.from_dlpack narrows it.

@@ -24,7 +24,7 @@ class NumpyFramework(Framework):
     label = "numpy"
     host_only = True
     readonly = "flag"
-    path = "a NumPy view of the memory (buffer protocol; ml_dtypes for bfloat16/float8)"
+    path = "numpy.from_dlpack (a NumPy view through the buffer protocol for ml_dtypes types)"
     quirks = (
         (
             "numpy.from_dlpack cannot import bfloat16 or float8 (NumPy 2.4 has no DLPack "
@@ -69,7 +69,9 @@ class NumpyFramework(Framework):
 
     @classmethod
     def make(cls, t: Tensor) -> Any:
-        return t.numpy()
+        if t.dtype.name in STANDARD:
+            return cls.module().from_dlpack(t)
+        return t.numpy()  # ml_dtypes types, which numpy.from_dlpack cannot import
 
     @classmethod
     def fast_maker(cls) -> Any:

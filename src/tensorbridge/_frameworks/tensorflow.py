@@ -29,6 +29,7 @@ class TensorflowFramework(Framework):
     alignment = 64
     readonly = "immutable"
     legacy_only = True
+    legacy_export = True
     path = "tf.experimental.dlpack.from_dlpack on a legacy capsule (the only kind TF reads)"
     quirks = (
         (
