@@ -3,7 +3,7 @@
 # compiled module (_core and _testing): capsules, vectorcall, pending calls, type
 # version tags, slices and complex numbers.
 
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, PyTypeObject
 
 cdef extern from "Python.h":
     # Capsules.
@@ -28,6 +28,19 @@ cdef extern from "Python.h":
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
     bint Py_IsInitialized()
+
+    # Method descriptors (type.method): the C function behind one, to call it
+    # without the descriptor's vectorcall, which only checks the arguments.
+    ctypedef PyObject* (*PyCFunction)(PyObject*, PyObject*)
+    ctypedef struct PyMethodDef:
+        PyCFunction ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef* d_method
+    PyTypeObject PyMethodDescr_Type
+    PyTypeObject* PyDescr_TYPE(object descr)
+    int METH_NOARGS
+    int METH_COEXIST
 
     # Errors.
     void PyErr_Fetch(PyObject** type, PyObject** value, PyObject** tb) noexcept

@@ -188,10 +188,29 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
     table does not synchronise: only __dlpack__(stream=...) orders the producer's
     work before ours), and, with resolve_bits, for torch bit views."""
     cdef DLManagedTensorVersioned* managed = NULL
-    if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 or managed == NULL:
-        _clear_refusal()
-        return None
-    cdef Tensor t = _adopt_versioned(managed, "from_dlpack()", "", x)
+    cdef DLTensor view
+    cdef Tensor t = None
+    if type_flags & TI_TORCH and api.dltensor_from_py_object_no_sync != NULL:
+        # PyTorch: its non-owning view, owned through x itself, which spares the
+        # managed tensor's allocation and deleter. The same import: torch's managed
+        # tensor holds x's own TensorImpl (the same lifetime) and carries no flags,
+        # which a bare DLTensor could not say (sub-byte types, whose padding is a
+        # flag, take the managed way).
+        if api.dltensor_from_py_object_no_sync(<void*>x, &view) != 0:
+            _clear_refusal()
+            return None
+        if view.dtype.bits >= 8:
+            t = _new_tensor()
+            _fill(t, &view, 0)
+            Py_INCREF(x)
+            t._managed = <void*>x
+            t._owner_kind = OWN_OBJECT
+    if t is None:
+        if api.managed_tensor_from_py_object_no_sync(<void*>x, &managed) != 0 \
+                or managed == NULL:
+            _clear_refusal()
+            return None
+        t = _adopt_versioned(managed, "from_dlpack()", "", x)
     if _needs_stream(t._device.device_type) and not (stream is not None and stream == -1):
         _mark_stream_type(x)  # the handshake comes next, and first from now on
         return None     # t releases the managed tensor

@@ -229,6 +229,24 @@ def test_torch_through_its_table_shares_memory():
 
 
 @needs("torch")
+def test_torch_through_its_table_keeps_the_tensor_alive():
+    import weakref
+
+    import torch
+
+    x = torch.arange(12.0).reshape(3, 4)[1:, ::2]  # offset and strided
+    t = tb.from_dlpack(x)
+    assert (t.shape, t.strides, t.data_ptr()) == ((2, 2), (4, 2), x.data_ptr())
+    alive = weakref.ref(x)
+    del x
+    gc.collect()
+    assert alive() is not None and t.tolist() == [[4.0, 6.0], [8.0, 10.0]]
+    del t
+    gc.collect()
+    assert alive() is None
+
+
+@needs("torch")
 def test_torch_tensor_requiring_grad_is_shared():
     import torch
 
