@@ -271,14 +271,20 @@ cdef class FastTarget:
         refusal goes to the planner, which fixes or explains it."""
         cdef PyObject* args[1]
         cdef tb_npy_array* arr
-        if mode & ROUTE_TORCH_BITS and _torch_bits(obj, False) is not None:
-            return None
+        cdef int code = -1
         if mode & ROUTE_WRITABLE_ONLY and not (
                 _npy_struct_state == 1 and
                 (<tb_npy_array*><PyObject*>obj).flags & TB_NPY_WRITEABLE):
             return self._read_and_make(mode & ROUTE_READ_MASK, obj)
-        if mode & ROUTE_CHECK_DTYPE and not self._holds_dtype_of(mode & ROUTE_READ_MASK, obj):
-            return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+        if mode & ROUTE_CHECK_DTYPE:
+            code = self._held_dtype_code(mode & ROUTE_READ_MASK, obj)
+            if code < 0:
+                return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+        # (Only complex tensors carry the conjugate bit: not asked when the dtype
+        # read above says real.)
+        if mode & ROUTE_TORCH_BITS and _torch_bits(obj, code >= 0 and code != kDLComplex) \
+                is not None:
+            return None
         args[0] = <PyObject*>obj
         try:
             result = PyObject_Vectorcall(self.importer, args, 1, NULL)
@@ -294,31 +300,33 @@ cdef class FastTarget:
                 result.flags.writeable = False
         return result
 
-    cdef bint _holds_dtype_of(self, int read, object obj) except -1:
-        """Whether obj's dtype is one the target holds, read without importing obj:
-        from NumPy's array struct, or the source table's non-owning DLTensor view."""
+    cdef int _held_dtype_code(self, int read, object obj) except -2:
+        """obj's DLPack type code when its dtype is one the target holds, else -1;
+        read without importing obj: from NumPy's array struct, or the source table's
+        non-owning DLTensor view."""
         cdef tb_npy_descr* descr
         cdef DLDataType dt
         cdef DLTensor view
         cdef _ApiSlot* slot
         if read == ROUTE_NDARRAY:
             if _npy_struct_state != 1:
-                return False
+                return -1
             descr = (<tb_npy_array*><PyObject*>obj).descr
             if descr == NULL or not tb_npy_dtype(descr.type_num, &dt.code, &dt.bits):
-                return False
-            return self.accept[dt.code][dt.bits]
+                return -1
+            return dt.code if self.accept[dt.code][dt.bits] else -1
         if read == ROUTE_TABLE and _use_exchange_api:
             slot = _type_slot(obj)
             if slot.api == NULL or slot.api.dltensor_from_py_object_no_sync == NULL:
-                return False
+                return -1
             if slot.api.dltensor_from_py_object_no_sync(<void*>obj, &view) != 0:
                 _clear_refusal()
-                return False
+                return -1
             # (A bare DLTensor has no flags: sub-byte types, packed or not, are refused.)
-            return (view.dtype.lanes == 1 and view.dtype.code < 18 and 8 <= view.dtype.bits
-                    and view.dtype.bits <= 128 and self.accept[view.dtype.code][view.dtype.bits])
-        return False
+            if (view.dtype.lanes == 1 and view.dtype.code < 18 and 8 <= view.dtype.bits
+                    and view.dtype.bits <= 128 and self.accept[view.dtype.code][view.dtype.bits]):
+                return view.dtype.code
+        return -1
 
     cdef object make(self, Tensor t):
         if (t._flags & TB_FLAG_READ_ONLY) and not self.readonly_ok:
