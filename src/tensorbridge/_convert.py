@@ -184,6 +184,10 @@ class Plan:
         For CUDA/ROCm data: the stream the producer is asked to order its work on
         (the target's current stream; None: DLPack's default, the legacy default
         stream). None for other memory.
+    route : str
+        How later calls with this kind of source and target run: from a route cached
+        in C after the first call (how it reads the source, or that it hands the
+        source to the target's own importer), or planned on every call, and why.
     """
 
     source: str
@@ -201,6 +205,7 @@ class Plan:
     _requires_grad: bool = dataclasses.field(repr=False, default=False)
     _writable: bool = dataclasses.field(repr=False, default=False)
     stream: int | None = None
+    route: str = ""
     _on_stream_device: bool = dataclasses.field(repr=False, default=False)
     _handoff: bool = dataclasses.field(repr=False, default=False)
     _ask_copy: bool = dataclasses.field(repr=False, default=False)
@@ -210,6 +215,7 @@ class Plan:
         lines = [
             f"convert {self.source} -> {self.target}",
             f"  path:    {self.path}",
+            *([f"  route:   {self.route}"] if self.route else []),
             f"  memory:  {memory}",
             f"  result:  {self.target} {self.dtype} {self.shape}",
         ]
@@ -530,4 +536,45 @@ def explain(
     """
     framework = resolve_target(to)
     source = _read_source(obj, copy, consume=False, target=framework)
-    return _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
+    plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
+    options = dtype is not None or device is not None or copy is not None
+    options = options or requires_grad is not False or readonly != "share"
+    plan.route = _route_text(obj, framework, plan, options)
+    return plan
+
+
+_READERS = {
+    _ROUTE["TENSOR"]: "the Tensor as it is",
+    _ROUTE["NDARRAY"]: "NumPy's array struct",
+    _ROUTE["TABLE"]: "its type's DLPack C exchange table",
+    _ROUTE["PROTOCOL"]: "its __dlpack__",
+}
+
+
+def _route_text(obj: Any, framework: type[Framework], plan: Plan, options: bool) -> str:
+    """What Plan.route says (see route_mode and docs/design.md, "Routes")."""
+    if options:
+        return "planned on every call (an option is given)"
+    if framework.fast_target() is None:
+        return f"planned on every call ({framework.name} has no route)"
+    mode = route_mode(obj, framework)
+    if not mode:
+        why = (
+            "a capsule is read once"
+            if _core.is_capsule(obj)
+            else "the source needs fixing first, or is not a DLPack producer"
+        )
+        return f"planned on every call ({why})"
+    if mode & _ROUTE["HANDOFF"]:
+        text = (
+            f"in C after the first call: the source object goes to {framework.name}'s own "
+            "importer as it is"
+        )
+    else:
+        text = (
+            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
+            f"by {framework.name}"
+        )
+    if not plan.shares_memory or plan._on_stream_device:
+        text += "; data it cannot take as it is (as here) is planned"
+    return text

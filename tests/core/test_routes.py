@@ -322,3 +322,23 @@ def test_read_only_arrays_reach_tvm_ffi_through_the_route(no_planner):
     ro = np.arange(3.0)
     ro.flags.writeable = False  # tvm_ffi's importer would refuse it: read and shared
     assert tb.from_dlpack(tb.convert(ro, "tvm_ffi")).data_ptr() == ro.ctypes.data
+
+
+def test_explain_says_which_route():
+    a = np.arange(3.0)
+    assert tb.explain(a, "numpy").route == (
+        "in C after the first call: the source object goes to numpy's own importer as it is"
+    )
+    t = tb.asarray(a)
+    assert "read through the Tensor as it is, then made by numpy" in tb.explain(t, "numpy").route
+    assert tb.explain(a[::-1], "tensorbridge").route.endswith("then made by tensorbridge")
+    assert tb.explain(a, "numpy", copy=True).route == "planned on every call (an option is given)"
+    assert "a capsule is read once" in tb.explain(tb.to_dlpack(t), "numpy").route
+    assert "needs fixing first" in tb.explain(np.float64(1.0), "numpy").route
+    assert "route:   in C after the first call" in str(tb.explain(a, "numpy"))
+
+
+@needs("torch")
+def test_explain_route_for_data_the_route_gives_back():
+    plan = tb.explain(np.arange(3.0)[::-1], "torch")
+    assert plan.route.endswith("data it cannot take as it is (as here) is planned")
