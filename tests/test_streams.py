@@ -67,7 +67,10 @@ def fake_gpu(monkeypatch):
         def importer(cls) -> Any:
             def import_(obj: Any) -> Any:  # as a real consumer: asks on its own stream
                 calls.append(("importer", obj))
-                obj.__dlpack__(stream=cls.stream, max_version=(1, 3))
+                if "max_version" in obj.accepts:
+                    obj.__dlpack__(stream=cls.stream, max_version=(1, 3))
+                else:  # a legacy producer
+                    obj.__dlpack__(stream=cls.stream)
                 return obj
 
             return import_
@@ -81,6 +84,10 @@ def fake_gpu(monkeypatch):
         def make(cls, t: Tensor) -> Any:
             calls.append(("make", t))
             return t
+
+        @classmethod
+        def fast_maker(cls) -> Any:  # so that it has cached routes
+            return lambda t: calls.append(("route make", t)) or t
 
         @classmethod
         def dtype_name(cls, obj: Any) -> str:
@@ -237,3 +244,38 @@ def test_cupy_current_stream(monkeypatch):
     assert CupyFramework.current_stream(tb.Device("cuda:0")) == 1
     current["ptr"] = 0xABC
     assert CupyFramework.current_stream(tb.Device("cuda:0")) == 0xABC
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_routes_leave_device_memory_to_the_planner(fake_gpu, legacy):
+    # A producer type whose first objects held CPU memory has a __dlpack__ route;
+    # its objects of device memory go to the planner, which asks them once, on the
+    # target's stream: never built from a read made without ordering.
+    from producers import capsule_of
+
+    accepts = ("stream",) if legacy else ("stream", "max_version", "dl_device", "copy")
+    cls = type("Mixed", (Producer,), {})
+    a = np.arange(4.0)
+    cpu = cls(lambda **kw: capsule_of(a, versioned=not legacy), device=(1, 0), accepts=accepts)
+    tb.convert(cpu, "fakegpu")
+    tb.convert(cpu, "fakegpu")
+    assert FRAMEWORKS["fakegpu"].fast_target().route_of(cpu) == _core_routes()["PROTOCOL"]
+
+    def make(**kw: Any) -> object:
+        return _testing.make_capsule(
+            ADDRESS, shape=(4,), strides=(1,), device=(2, 0), versioned=not legacy
+        )
+
+    gpu = cls(make, device=(2, 0), accepts=accepts)
+    for i in range(3):
+        gpu.calls.clear()
+        assert tb.convert(gpu, "fakegpu") is gpu  # handed to the consumer's importer
+        ordered = [s for s in streams(gpu) if s not in (-1, "absent")]
+        assert ordered == [STREAM], (i, streams(gpu))
+    assert streams(gpu) == [-1, STREAM]  # once the type is known: no extra request
+
+
+def _core_routes():
+    from tensorbridge import _core
+
+    return _core._route_constants()

@@ -95,6 +95,8 @@ def _read_source(
     if isinstance(obj, (bool, int, float, complex, list, tuple)):
         must_copy(f"a {type(obj).__name__} is a value, not memory to share")
     producer = stream = None
+    if read is not None and int(read.device.device_type) in _STREAM_DEVICES:
+        read = None  # (routes never hand back device memory: asked here, on the stream)
     device = _stream_device(obj) if read is None else None
     if device is not None:
         producer, stream = obj, target.current_stream(device)
@@ -208,6 +210,7 @@ class Plan:
     route: str = ""
     _on_stream_device: bool = dataclasses.field(repr=False, default=False)
     _handoff: bool = dataclasses.field(repr=False, default=False)
+    _tensor: Any = dataclasses.field(repr=False, default=None, compare=False)
     _ask_copy: bool = dataclasses.field(repr=False, default=False)
 
     def __str__(self) -> str:
@@ -388,7 +391,19 @@ def _carry_out(plan: Plan, t: Tensor, producer: Any = None) -> Any:
             # The one request on the target's stream (the plan was made from a read
             # with -1); the same memory and layout again.
             stream = _stream_value(plan.stream, t)
-            t = _immutable(_core.from_dlpack(producer, stream=stream), framework_of(producer))
+            again = _immutable(_core.from_dlpack(producer, stream=stream), framework_of(producer))
+            if (again.data_ptr(), again.shape, again.strides, again.dtype) != (
+                t.data_ptr(),
+                t.shape,
+                t.strides,
+                t.dtype,
+            ):
+                raise BufferError(
+                    f"convert(): {type(producer).__name__}.__dlpack__ exported other memory "
+                    "when asked again on the target's stream; the plan was made for the "
+                    "first export"
+                )
+            t = again
         if plan._ask_copy:
             t = _core.from_dlpack(producer, copy=True, stream=_stream_value(plan.stream, t))
             still = framework.precopy_reasons(t)
@@ -539,7 +554,9 @@ def explain(
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
     options = dtype is not None or device is not None or copy is not None
     options = options or requires_grad is not False or readonly != "share"
+    plan._tensor = source.tensor
     plan.route = _route_text(obj, framework, plan, options)
+    plan._tensor = None  # (a Plan keeps no user data alive)
     return plan
 
 
@@ -565,16 +582,29 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, options: bool)
             else "the source needs fixing first, or is not a DLPack producer"
         )
         return f"planned on every call ({why})"
+    fast = framework.fast_target()
+    if plan._on_stream_device:
+        if mode & _ROUTE["HANDOFF"] and mode & 7 != _ROUTE["PROTOCOL"]:
+            return (
+                f"in C after the first call: the source object goes to {framework.name}'s "
+                "own importer, which makes the stream handshake"
+            )
+        return "planned on every call (device memory is asked for on the target's stream)"
+    if mode & 7 == _ROUTE["PROTOCOL"] and fast.asks_device_first(obj):
+        return "planned on every call (this type has exported device memory)"
     if mode & _ROUTE["HANDOFF"]:
-        text = (
+        return (
             f"in C after the first call: the source object goes to {framework.name}'s own "
             "importer as it is"
         )
-    else:
-        text = (
-            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
-            f"by {framework.name}"
-        )
-    if not plan.shares_memory or plan._on_stream_device:
+    text = (
+        f"in C after the first call: read through {_READERS[mode & 7]}, then made "
+        f"by {framework.name}"
+    )
+    t = plan._tensor
+    verdict = fast.verdict(t) if type(t) is Tensor else 0
+    if verdict == 0:
         text += "; data it cannot take as it is (as here) is planned"
+    elif verdict == 2:
+        text += "; misaligned data (as here) is copied in C first"
     return text

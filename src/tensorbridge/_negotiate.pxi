@@ -438,6 +438,8 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream,
             f"{_dev_str(t._device)} data instead of {_dev_str(target)}")
     if queried and not (mask & KW_DEVICE) and not _same_device(t._device, source):
         _refuse_device_mismatch(x, source, t._device)
+    if _needs_stream(t._device.device_type):
+        _mark_stream_type(x)    # asked its device first from now on (and by routes)
     if copy is False and (t._flags & TB_FLAG_IS_COPIED):
         raise CopyNeeded(
             f"from_dlpack(): copy=False, but {_type_name(x)} could only export a copy")

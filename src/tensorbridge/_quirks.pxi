@@ -82,11 +82,14 @@ cdef object _torch_bits(object x, bint complex_only_conj):
             _torch_tensor_types[tp] = methods
         # The dict keeps tp alive, so the pointer cannot be reused by another type.
         _torch_last_type = NULL
-        if methods is False:
-            _torch_last_neg = _torch_last_conj = NULL
-        else:
-            _torch_last_neg = _noargs_function(tp, (<tuple>methods)[0])
-            _torch_last_conj = _noargs_function(tp, (<tuple>methods)[1])
+        is_neg = is_conj = NULL
+        if methods is not False:
+            # (issubclass may run Python code that asks about another type: the
+            # cache is written only once both are known.)
+            is_neg = _noargs_function(tp, (<tuple>methods)[0])
+            is_conj = _noargs_function(tp, (<tuple>methods)[1])
+        _torch_last_neg = is_neg
+        _torch_last_conj = is_conj
         _torch_last_type = <void*>tp
         _torch_last_methods = methods
     if methods is False:

@@ -188,6 +188,16 @@ cdef class FastTarget:
         """The cached mode for type(obj), or -1 (tests and explain)."""
         return self._mode(obj)
 
+    def verdict(self, Tensor t):
+        """What a route does with t once read (explain): 0, the planner decides;
+        1, the target takes it as it is; 2, a copy in C first."""
+        return self.takes(t)
+
+    def asks_device_first(self, obj):
+        """True when type(obj) has exported device memory: its __dlpack__ route leaves
+        it to the planner (explain)."""
+        return bool(_type_slot(obj).flags & TI_STREAM)
+
     cdef _RouteSlot* _slot(self, void* tp, bint for_writing):
         """tp's slot (its set's first way when it has none and not for_writing)."""
         cdef Py_ssize_t base = ((<uintptr_t>tp >> 5) % (ROUTE_SLOTS // 2)) * 2
@@ -251,6 +261,11 @@ cdef class FastTarget:
                     raise
                 return None     # the planner reads it again, and says what is wrong
             if t is None:
+                return None
+            if _needs_stream(t._device.device_type):
+                # Device memory read without the consumer's stream: not for the
+                # planner (it asks on that stream); the type is asked first from now on.
+                _mark_stream_type(obj)
                 return None
         else:
             return None
