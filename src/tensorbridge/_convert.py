@@ -494,7 +494,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         read = _ROUTE["PROTOCOL"]
     else:
         return 0
-    if not target.handoff or source is None:
+    if source is None or not target.hands_off(source, tp):
         return read
     if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
         mode = read | _ROUTE["HANDOFF"]

@@ -287,6 +287,8 @@ cdef class FastTarget:
         cdef PyObject* args[1]
         cdef tb_npy_array* arr
         cdef int code = -1
+        if self.importer is None:
+            return self._read_and_make(mode & ROUTE_READ_MASK, obj)
         if mode & ROUTE_WRITABLE_ONLY and not (
                 _npy_struct_state == 1 and
                 (<tb_npy_array*><PyObject*>obj).flags & TB_NPY_WRITEABLE):

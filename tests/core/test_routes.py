@@ -124,6 +124,16 @@ def test_pyarrow_sources():
     bools = pa.array([True, False])
     tb.convert(bools, "numpy")
     assert fast("numpy").route_of(bools) == -1
+    # Into pyarrow: its own 1-d arrays are handed to pyarrow.Array.from_dlpack; its
+    # n-d tensors are read (Array.from_dlpack takes 1-d data only).
+    sliced = pa.array([1.0, 2.0, 3.0]).slice(1)
+    tb.convert(sliced, "pyarrow")
+    assert fast("pyarrow").route_of(sliced) & R["HANDOFF"]
+    assert tb.convert(sliced, "pyarrow").to_pylist() == [2.0, 3.0]
+    grid = pa.Tensor.from_numpy(np.arange(6.0).reshape(2, 3))
+    tb.convert(grid, "pyarrow")
+    assert fast("pyarrow").route_of(grid) == R["PROTOCOL"]
+    assert tb.convert(grid, "pyarrow").to_numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
 @needs("jax")

@@ -262,6 +262,12 @@ class Framework:
         return None
 
     @classmethod
+    def hands_off(cls, source: type[Framework], tp: type) -> bool:
+        """Whether objects of type tp (of framework `source`) may be handed to its
+        importer as they are (see `handoff`; the route adds the checks it lacks)."""
+        return cls.handoff
+
+    @classmethod
     def importer(cls) -> Any:
         """Its own DLPack importer of an object (``numpy.from_dlpack``), for handoffs
         (only asked when `handoff` is True)."""
@@ -307,7 +313,7 @@ class Framework:
                         and not cls.legacy_only,
                         alignment=cls.alignment,
                         maker=maker,
-                        importer=cls.importer() if cls.handoff else None,
+                        importer=cls.importer(),
                         guard64=cls.guard64(),
                     )
                 except TypeError:

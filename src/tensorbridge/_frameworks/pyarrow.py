@@ -89,6 +89,16 @@ class PyarrowFramework(Framework):
         return tp.__name__ not in ("ChunkedArray", "BooleanArray")
 
     @classmethod
+    def hands_off(cls, source: type[Framework], tp: type) -> bool:
+        # Its own 1-d arrays only: pyarrow.Array.from_dlpack takes exactly those (with
+        # no nulls, which pyarrow's export refuses, so the planner says why).
+        return source is cls and tp.__name__ not in ("Tensor", "ChunkedArray", "BooleanArray")
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().Array.from_dlpack
+
+    @classmethod
     def fast_maker(cls) -> Any:
         pa = cls.module()
         array, tensor = pa.Array.from_dlpack, pa.Tensor.from_dlpack
