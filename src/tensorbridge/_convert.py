@@ -508,12 +508,10 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
             return read  # no cheap way to see the dtype first
     if target.readonly == "flag" and source.legacy_export:
-        # Its legacy capsule cannot say read-only, so a NumPy importer makes the
-        # result read-only (NumPy 2) or writable (older): right for immutable
-        # sources once marked read-only, wrong for mutable ones (no handoff).
-        if source.readonly != "immutable":
-            return read
-        mode |= _ROUTE["MARK_READONLY"]
+        # Its legacy capsule cannot say read-only or writable, so a NumPy importer
+        # guesses (read-only since NumPy 2): the result is marked as the plan says,
+        # read-only for immutable sources, writable for mutable ones (MLX).
+        mode |= _ROUTE["MARK_READONLY" if source.readonly == "immutable" else "MARK_WRITABLE"]
     if source.bit_views:
         mode |= _ROUTE["TORCH_BITS"]
     if read == _ROUTE["NDARRAY"] and target.readonly == "writable":

@@ -37,6 +37,7 @@ cdef enum:
     ROUTE_TORCH_BITS = 32   # handoff: refuse torch bit views (back to the planner)
     ROUTE_WRITABLE_ONLY = 64  # handoff: only writable NumPy arrays (else read and make)
     ROUTE_CHECK_DTYPE = 128   # handoff: only dtypes the target holds (else read and make)
+    ROUTE_MARK_WRITABLE = 256  # handoff: mark the (NumPy) result writable (mutable source)
 
 
 def _route_constants():
@@ -44,7 +45,8 @@ def _route_constants():
     return dict(TENSOR=ROUTE_TENSOR, NDARRAY=ROUTE_NDARRAY, TABLE=ROUTE_TABLE,
                 PROTOCOL=ROUTE_PROTOCOL, HANDOFF=ROUTE_HANDOFF,
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
-                WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE)
+                WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
+                MARK_WRITABLE=ROUTE_MARK_WRITABLE)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -315,6 +317,17 @@ cdef class FastTarget:
                 arr.flags &= ~TB_NPY_WRITEABLE
             else:
                 result.flags.writeable = False
+        elif mode & ROUTE_MARK_WRITABLE:
+            # A legacy capsule cannot say writable, so NumPy imports it read-only;
+            # the source's arrays are mutable (the plan gives a writable view).
+            if not _is_ndarray(result):
+                return None
+            if _npy_struct_state == 0:
+                _import_ndarray(result)     # checks the struct against the buffer, once
+            if _npy_struct_state != 1:
+                return None                 # the planner makes a writable view
+            arr = <tb_npy_array*><PyObject*>result
+            arr.flags |= TB_NPY_WRITEABLE
         return result
 
     cdef int _held_dtype_code(self, int read, object obj) except -2:

@@ -260,13 +260,17 @@ def test_ndarray_subclasses_are_read_as_the_planner_reads_them():
 
 
 @needs("mlx")
-def test_mutable_legacy_exporters_are_not_handed_to_numpy():
+def test_mutable_legacy_exporters_handed_to_numpy_stay_writable():
     import mlx.core as mx
 
     x = mx.arange(3.0)
     first, second = tb.convert(x, "numpy"), tb.convert(x, "numpy")
+    assert (
+        fast("numpy").route_of(x) & R["HANDOFF"] and fast("numpy").route_of(x) & R["MARK_WRITABLE"]
+    )
     assert first.flags.writeable and second.flags.writeable  # as the plan says
-    assert not fast("numpy").route_of(x) & R["HANDOFF"]
+    second[0] = 7.0  # MLX's memory, shared
+    assert x.tolist()[0] == 7.0 and first[0] == 7.0
 
 
 @needs("jax")
