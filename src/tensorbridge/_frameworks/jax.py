@@ -96,7 +96,7 @@ class JaxFramework(Framework):
 
     @classmethod
     def fast_maker(cls) -> Any:
-        return cls.module().dlpack.from_dlpack
+        return cls.importer()  # the route checks alignment, layout and x64 first
 
     @classmethod
     def guard64(cls) -> Any:

@@ -48,10 +48,6 @@ class MlxFramework(Framework):
     )
 
     @classmethod
-    def fast_maker(cls) -> Any:
-        return cls.module().from_dlpack
-
-    @classmethod
     def importer(cls) -> Any:
         return cls.module().from_dlpack
 

@@ -74,9 +74,5 @@ class NumpyFramework(Framework):
         return t.numpy()  # ml_dtypes types, which numpy.from_dlpack cannot import
 
     @classmethod
-    def fast_maker(cls) -> Any:
-        return cls.module().from_dlpack
-
-    @classmethod
     def importer(cls) -> Any:
         return cls.module().from_dlpack

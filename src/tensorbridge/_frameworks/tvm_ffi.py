@@ -47,9 +47,5 @@ class TvmFfiFramework(Framework):
         return cls.module().from_dlpack(t)
 
     @classmethod
-    def fast_maker(cls) -> Any:
-        return cls.module().from_dlpack
-
-    @classmethod
     def importer(cls) -> Any:
         return cls.module().from_dlpack
