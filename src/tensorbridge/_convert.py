@@ -210,7 +210,6 @@ class Plan:
     route: str = ""
     _on_stream_device: bool = dataclasses.field(repr=False, default=False)
     _handoff: bool = dataclasses.field(repr=False, default=False)
-    _tensor: Any = dataclasses.field(repr=False, default=None, compare=False)
     _ask_copy: bool = dataclasses.field(repr=False, default=False)
 
     def __str__(self) -> str:
@@ -552,9 +551,7 @@ def explain(
     plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
     options = dtype is not None or device is not None or copy is not None
     options = options or requires_grad is not False or readonly != "share"
-    plan._tensor = source.tensor
-    plan.route = _route_text(obj, framework, plan, options)
-    plan._tensor = None  # (a Plan keeps no user data alive)
+    plan.route = _route_text(obj, framework, plan, source.tensor, options)
     return plan
 
 
@@ -566,11 +563,13 @@ _READERS = {
 }
 
 
-def _route_text(obj: Any, framework: type[Framework], plan: Plan, options: bool) -> str:
-    """What Plan.route says (see route_mode and docs/design.md, "Routes")."""
+def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, options: bool) -> str:
+    """What Plan.route says (see route_mode and docs/design.md, "Routes"); t is what
+    the plan was made from."""
     if options:
         return "planned on every call (an option is given)"
-    if framework.fast_target() is None:
+    fast = framework.fast_target()
+    if fast is None:
         return f"planned on every call ({framework.name} has no route)"
     mode = route_mode(obj, framework)
     if not mode:
@@ -580,7 +579,6 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, options: bool)
             else "the source needs fixing first, or is not a DLPack producer"
         )
         return f"planned on every call ({why})"
-    fast = framework.fast_target()
     if plan._on_stream_device:
         if mode & _ROUTE["HANDOFF"] and mode & 7 != _ROUTE["PROTOCOL"]:
             return (
@@ -599,7 +597,6 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, options: bool)
         f"in C after the first call: read through {_READERS[mode & 7]}, then made "
         f"by {framework.name}"
     )
-    t = plan._tensor
     verdict = fast.verdict(t) if type(t) is Tensor else 0
     if verdict == 0:
         text += "; data it cannot take as it is (as here) is planned"
