@@ -524,14 +524,11 @@ def report(all_facts: dict, producers: list[str], consumers: list[str], rounds: 
             (item for item in pool if item[1]["ratio"] > SMALL_BOUND),
             key=lambda item: -item[1]["ratio"],
         )
-        print(
+        _print_pairs(
             f"Small tensors: {len(pool) - len(slow)} of {len(pool)} pairs (native import "
-            f"correct) are within {SMALL_BOUND}{TIMES} of native; over it:"
+            f"correct) are within {SMALL_BOUND}{TIMES} of native; over it:",
+            slow,
         )
-        print()
-        for item in slow:
-            print(f"- {_pair_line(*item)}")
-        print()
     if "large" in all_facts:
         pool = comparable(all_facts["large"])
         copies = sorted(
@@ -542,20 +539,25 @@ def report(all_facts: dict, producers: list[str], consumers: list[str], rounds: 
             ),
             key=lambda item: -item[1]["ratio"],
         )
-        print(
+        _print_pairs(
             f"Large tensors: convert copies where the native import shares, "
-            f"{len(copies)} of {len(pool)} pairs:"
+            f"{len(copies)} of {len(pool)} pairs:",
+            copies,
         )
-        print()
-        for item in copies:
-            print(f"- {_pair_line(*item)}")
-        print()
     _print_problems(all_facts, "native_problem", "Native imports left out of the targets (†):")
     _print_problems(
         all_facts,
         "convert_problem",
         "convert results that are wrong or unusable (tensorbridge bugs):",
     )
+
+
+def _print_pairs(title: str, pairs: list[tuple[tuple[str, str], dict]]) -> None:
+    print(title)
+    print()
+    for item in pairs:
+        print(f"- {_pair_line(*item)}")
+    print()
 
 
 def _print_problems(all_facts: dict, key: str, title: str) -> None:
