@@ -279,3 +279,38 @@ def _core_routes():
     from tensorbridge import _core
 
     return _core._route_constants()
+
+
+def test_a_producer_that_exports_other_memory_when_asked_again_is_refused(fake_gpu, monkeypatch):
+    # The plan is made from a read with -1; the read on the target's stream must
+    # give the same memory, or the plan does not hold.
+    monkeypatch.setattr(fake_gpu, "byte_offset", "fold")
+    addresses = iter([ADDRESS, ADDRESS + 0x1000])
+
+    def make(**kw: Any) -> object:
+        return _testing.make_capsule(
+            next(addresses), shape=(2,), strides=(1,), device=(2, 0), byte_offset=8
+        )
+
+    with pytest.raises(BufferError, match="exported other memory when asked again"):
+        tb.convert(Producer(make, device=(2, 0)), "fakegpu")
+
+
+def test_explain_says_a_device_producer_type_is_planned(fake_gpu):
+    from producers import capsule_of
+
+    cls = type("Mixed", (Producer,), {})
+    cpu = cls(lambda **kw: capsule_of(np.arange(4.0)), device=(1, 0))
+    tb.convert(cpu, "fakegpu")
+    assert tb.explain(cpu, "fakegpu").route.startswith("in C after the first call")
+    gpu = cls(
+        lambda **kw: _testing.make_capsule(ADDRESS, shape=(4,), strides=(1,), device=(2, 0)),
+        device=(2, 0),
+    )
+    assert tb.explain(gpu, "fakegpu").route == (
+        "planned on every call (device memory is asked for on the target's stream)"
+    )
+    tb.convert(gpu, "fakegpu")  # its type has now exported device memory
+    assert tb.explain(cpu, "fakegpu").route == (
+        "planned on every call (this type has exported device memory)"
+    )
