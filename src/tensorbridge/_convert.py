@@ -493,19 +493,31 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         read = _ROUTE["PROTOCOL"]
     else:
         return 0
+    # A trusted source read through __dlpack__ may instead be carried to the
+    # target's importer, which gets the capsule it asks for once it is checked.
+    carried = read
+    if (
+        read == _ROUTE["PROTOCOL"]
+        and source is not None
+        and source.trusted_export
+        and not source.bit_views
+        and target.readonly != "flag"
+        and target.carry_importer() is not None
+    ):
+        carried = read | _ROUTE["CARRY"]
     if source is None or not target.hands_off(source, tp):
-        return read
+        return carried
     if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
         mode = read | _ROUTE["HANDOFF"]
     elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
         mode = read | _ROUTE["HANDOFF"]  # it reads the table, not the Python protocol
     else:
-        return read
+        return carried
     if not target.importer_refuses_dtypes:
         if read != _ROUTE["PROTOCOL"]:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
-            return read  # no cheap way to see the dtype first
+            return carried  # no cheap way to see the dtype first: the carrier checks it
     if target.readonly == "flag" and source.legacy_export:
         # Its legacy capsule cannot say read-only or writable, so a NumPy importer
         # guesses (read-only since NumPy 2): the result is marked as the plan says,
@@ -593,10 +605,22 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, option
             f"in C after the first call: the source object goes to {framework.name}'s own "
             "importer as it is"
         )
-    text = (
-        f"in C after the first call: read through {_READERS[mode & 7]}, then made "
-        f"by {framework.name}"
-    )
+    if mode & _ROUTE["CARRY"] and fast.uncarried(obj):
+        text = (
+            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
+            f"by {framework.name} ({framework.name}'s importer was refused data of this "
+            "type before)"
+        )
+    elif mode & _ROUTE["CARRY"]:
+        text = (
+            f"in C after the first call: {framework.name}'s own importer asks the source, "
+            "and gets the capsule once it is checked"
+        )
+    else:
+        text = (
+            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
+            f"by {framework.name}"
+        )
     verdict = fast.verdict(t) if type(t) is Tensor else 0
     if verdict == 0:
         text += "; data it cannot take as it is (as here) is planned"

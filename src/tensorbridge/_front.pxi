@@ -101,7 +101,7 @@ def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=Fal
     if dtype is None and device is None and copy is None and requires_grad is False and (
             readonly == "share") and (type(to) is str or type(to) is _ModuleType):
         # The route the planner cached for type(obj) and this target (_routes.pxi).
-        target = _fast_targets.get(to)
+        target = _fast_target_of(to)
         if target is not None:
             mode = target._mode(obj)
             if mode > 0:

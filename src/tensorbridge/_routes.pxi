@@ -38,6 +38,9 @@ cdef enum:
     ROUTE_WRITABLE_ONLY = 64  # handoff: only writable NumPy arrays (else read and make)
     ROUTE_CHECK_DTYPE = 128   # handoff: only dtypes the target holds (else read and make)
     ROUTE_MARK_WRITABLE = 256  # handoff: mark the (NumPy) result writable (mutable source)
+    # protocol read: the target's importer asks the source through a _Carrier,
+    # which checks the capsule before passing it on
+    ROUTE_CARRY = 512
 
 
 def _route_constants():
@@ -46,7 +49,7 @@ def _route_constants():
                 PROTOCOL=ROUTE_PROTOCOL, HANDOFF=ROUTE_HANDOFF,
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
-                MARK_WRITABLE=ROUTE_MARK_WRITABLE)
+                MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -63,6 +66,7 @@ cdef struct _RouteSlot:
     Py_ssize_t modules
     unsigned int epoch
     int mode
+    bint uncarried          # a carrier was refused for this type: read here instead
 
 cdef enum:
     ROUTE_SLOTS = 32        # per target, two ways: 16 sets
@@ -108,6 +112,137 @@ cdef class _Read:
         self.tensor = tensor
 
 
+# kwnames tuples for forwarded __dlpack__ calls, indexed by the keywords given
+# (1: stream, 2: max_version, 4: dl_device, 8: copy).
+cdef list _forward_kwnames = [
+    tuple(name for bit, name in ((1, "stream"), (2, "max_version"), (4, "dl_device"),
+                                 (8, "copy")) if mask & bit)
+    for mask in range(16)]
+
+
+cdef object _forward_dlpack(object x, object stream, object max_version, object dl_device,
+                            object copy):
+    """x.__dlpack__ with the keywords that are not None (the same request: the
+    standard reads an absent keyword as None)."""
+    cdef PyObject* args[5]
+    cdef Py_ssize_t n = 1
+    cdef int mask = 0
+    args[0] = <PyObject*>x
+    if stream is not None:
+        args[n] = <PyObject*>stream
+        n += 1
+        mask |= 1
+    if max_version is not None:
+        args[n] = <PyObject*>max_version
+        n += 1
+        mask |= 2
+    if dl_device is not None:
+        args[n] = <PyObject*>dl_device
+        n += 1
+        mask |= 4
+    if copy is not None:
+        args[n] = <PyObject*>copy
+        n += 1
+        mask |= 8
+    return PyObject_VectorcallMethod(
+        _s_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+        <PyObject*>_forward_kwnames[mask] if mask else NULL)
+
+
+class _NotTaken(BufferError):
+    """A _Carrier's refusal (the route then reads the source itself)."""
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Carrier:
+    """The source object as a target's importer sees it on a carried route: each of
+    the importer's own calls goes to the source as it is made (so the importer asks
+    for the capsule kind and stream it wants, as if it had been handed the source),
+    and the capsule is checked against the target (FastTarget.takes) before it is
+    passed on. One it does not take is kept, unconsumed, for the route, which then
+    reads it itself instead of asking the source again; the importer gets a
+    BufferError. Device memory is never passed on: the planner asks for it, once,
+    on the consumer's stream."""
+    cdef FastTarget target
+    cdef object source
+    cdef object capsule     # a capsule the target did not take, kept for the route
+    cdef Tensor tensor      # its validated, not yet owning Tensor (_read_capsule)
+    cdef int kind
+    cdef bint used          # the source was asked (once is all a carrier asks)
+    cdef bint refused       # the carrier refused: the importer's answer is not used
+    cdef object fatal       # an exception the importer must not swallow (re-raised)
+
+    def __cinit__(self, FastTarget target, source):
+        self.target = target
+        self.source = source
+
+    cdef int _refuse(self, str why) except -1:
+        self.refused = True
+        raise _NotTaken(why)
+
+    def __dlpack_device__(self):
+        if self.refused:
+            self._refuse("a carried source is asked once")
+        try:
+            device = self.source.__dlpack_device__()
+        except BaseException as exc:
+            self._keep_fatal(exc)
+            self.refused = True
+            raise
+        if not (type(device) is tuple and len(device) == 2 and device[0] == kDLCPU):
+            if type(device) is tuple and len(device) == 2 and type(device[0]) is int \
+                    and _needs_stream(device[0]):
+                _mark_stream_type(self.source)
+            self._refuse("the source is not in host memory")
+        return device
+
+    cdef void _keep_fatal(self, object exc) noexcept:
+        # Some importers turn any exception from __dlpack__ into their own (MLX's
+        # nanobind: a TypeError, even for KeyboardInterrupt): kept, and re-raised.
+        if not isinstance(exc, Exception) or isinstance(exc, (MemoryError, RecursionError)):
+            self.fatal = exc
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        cdef Tensor t
+        cdef int kind
+        if self.used or self.refused:
+            self._refuse("a carried source is asked once")
+        self.used = True
+        try:
+            capsule = _forward_dlpack(self.source, stream, max_version, dl_device, copy)
+        except BaseException as exc:
+            self._keep_fatal(exc)
+            self.refused = True
+            raise
+        if not PyCapsule_CheckExact(capsule):
+            capsule = None
+            self._refuse("the source's __dlpack__ did not return a capsule")
+        # A capsule is dropped before an error propagates, so a destructor written in
+        # Python (pydlpack's, ctypes') runs with no exception pending.
+        try:
+            t = _read_capsule(capsule, &kind)
+        except BaseException:
+            capsule = None
+            self.refused = True
+            raise
+        if _needs_stream(t._device.device_type):
+            capsule = None
+            _mark_stream_type(self.source)
+            self._refuse("the source is not in host memory")
+        if self.target.takes(t) != TAKES_YES:
+            if kind == OWN_LEGACY and t._dtype.bits < 8:
+                # A legacy capsule cannot say whether sub-byte data is padded: not
+                # read here, the planner asks for a versioned one.
+                capsule = None
+            else:
+                self.capsule = capsule
+                self.tensor = t
+                self.kind = kind
+            self._refuse("the target does not take the data as it is")
+        return capsule
+
+
 @cython.final
 @cython.auto_pickle(False)
 cdef class FastTarget:
@@ -125,17 +260,20 @@ cdef class FastTarget:
     cdef const DLPackExchangeAPI* api
     cdef bint accept[18][129]
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
+    cdef bint any_layout    # negative_strides, noncompact and permuted: no layout check
     cdef int64_t alignment
     cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
     cdef int make_kind      # MAKE_*, from maker
     cdef object importer    # the target's own from_dlpack, for handoffs (or None)
+    cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
     cdef object guard64
     cdef _RouteSlot routes[ROUTE_SLOTS]
 
     def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
                  bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
-                 maker=None, importer=None, guard64=None):
+                 maker=None, importer=None, carrier_importer=None, guard64=None):
         self.maker = maker
+        self.carrier_importer = carrier_importer
         self.make_kind = (MAKE_TABLE if maker is None else
                           MAKE_IDENTITY if isinstance(maker, str) and maker == "identity" else
                           MAKE_CALL)
@@ -155,6 +293,7 @@ cdef class FastTarget:
         self.permuted = permuted
         self.offset_ok = offset_ok
         self.readonly_ok = readonly_ok
+        self.any_layout = negative_strides and noncompact and permuted
         self.alignment = alignment
 
     def __call__(self, Tensor t):
@@ -173,13 +312,19 @@ cdef class FastTarget:
         if (read == ROUTE_TENSOR and tp is not Tensor) or (
                 read == ROUTE_NDARRAY and not _is_ndarray_type(tp)) or (
                 read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
-                read > ROUTE_PROTOCOL:
+                read > ROUTE_PROTOCOL or (mode & ROUTE_CARRY and (
+                    read != ROUTE_PROTOCOL or self.carrier_importer is None)):
             raise ValueError(f"remember(): mode {mode} cannot read {tp!r}")
         getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
         ctp = <_TypeObj*><PyObject*>tp
         if ctp.tp_version_tag == 0:
             return      # a type without a tag cannot be cached safely
         cdef _RouteSlot* slot = self._slot(<void*>ctp, True)
+        if (slot.tp == <void*>ctp and slot.tag == ctp.tp_version_tag and slot.uncarried
+                and slot.epoch == _route_epoch):
+            mode &= ~ROUTE_CARRY    # a carrier was refused for this type: stays so
+        else:
+            slot.uncarried = False
         slot.tp = <void*>ctp
         slot.tag = ctp.tp_version_tag
         slot.modules = _module_count()
@@ -227,7 +372,73 @@ cdef class FastTarget:
         """The target's object for obj along `mode`, or None: the planner decides."""
         if mode & ROUTE_HANDOFF:
             return self._hand_off(mode, obj)
+        if mode & ROUTE_CARRY:
+            return self._carry(obj)
         return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+
+    cdef void _uncarry(self, object obj) noexcept:
+        cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
+        cdef _RouteSlot* slot = self._slot(<void*>tp, False)
+        if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag:
+            slot.mode &= ~ROUTE_CARRY
+            slot.uncarried = True
+
+    def uncarried(self, obj):
+        """True when a carrier was refused for type(obj): its route reads here
+        (explain)."""
+        cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
+        cdef _RouteSlot* slot = self._slot(<void*>tp, False)
+        return bool(slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.uncarried)
+
+    cdef object _carry(self, object obj):
+        """The target's importer, given obj through a _Carrier; a capsule the
+        carrier refused is read here (a copy in C when it is only misaligned, else
+        the planner gets it), so the source is asked once either way. After a
+        refusal, objects of this type are read here (the slot's `uncarried`)."""
+        cdef PyObject* args[1]
+        cdef _Carrier carrier
+        cdef Tensor t
+        cdef int verdict
+        cdef int type_flags = _type_slot(obj).flags    # (the slot may be reused below)
+        if type_flags & TI_STREAM:
+            return None     # device memory: the planner asks, on the consumer's stream
+        carrier = _Carrier(self, obj)
+        args[0] = <PyObject*>carrier
+        result = None
+        try:
+            result = PyObject_Vectorcall(self.carrier_importer, args, 1, NULL)
+        except BaseException as exc:
+            if carrier.fatal is not None:
+                raise carrier.fatal
+            if not isinstance(exc, Exception) or isinstance(exc, (MemoryError, RecursionError)):
+                raise
+            if not carrier.refused:
+                return None     # the importer refused: the planner says what is wrong
+        if carrier.fatal is not None:
+            raise carrier.fatal
+        if not carrier.refused:
+            return result
+        result = None       # (an importer that answered anyway is not believed)
+        self._uncarry(obj)
+        if carrier.capsule is None:
+            return None     # the planner decides, and says what is wrong
+        capsule = carrier.capsule
+        t = carrier.tensor
+        carrier.capsule = None
+        carrier.tensor = None   # (the importer may keep the carrier)
+        try:
+            t = _own_capsule(capsule, t, carrier.kind)
+        except BufferError:
+            return None
+        finally:
+            capsule = None
+        _keep_immutable(t, type_flags)
+        verdict = self.takes(t)
+        if verdict == TAKES_NO:
+            return _Read(t)
+        if verdict == TAKES_COPY:
+            t = _copy_contiguous(t)
+        return self.make(t)
 
     cdef object _read_and_make(self, int read, object obj):
         cdef Tensor t
@@ -375,7 +586,6 @@ cdef class FastTarget:
         copy (the data is only misaligned, which the planner copies too); TAKES_NO:
         the planner decides."""
         cdef int i
-        cdef bint negative = False, layout_ok
         cdef int64_t size = t._size()
         if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
             return TAKES_NO
@@ -386,17 +596,14 @@ cdef class FastTarget:
             return TAKES_NO
         if t._byte_offset != 0 and not self.offset_ok:
             return TAKES_NO
-        if size <= 1 or t._c_contiguous():
-            layout_ok = True
+        if self.any_layout or size <= 1 or t._c_contiguous():
+            pass
         elif not (self.noncompact and self.permuted):
             return TAKES_NO    # leave the finer layout rules to the planner
-        else:
+        elif not self.negative_strides:
             for i in range(t._ndim):
                 if t._shape[i] > 1 and t._strides[i] < 0:
-                    negative = True
-            layout_ok = self.negative_strides or not negative
-            if not layout_ok:
-                return TAKES_NO
+                    return TAKES_NO
         if self.alignment and size and (<uintptr_t>t._ptr()) % self.alignment:
             return TAKES_COPY
         return TAKES_YES
@@ -405,10 +612,31 @@ cdef class FastTarget:
 # target (a name or module) -> FastTarget, set by the planner (set_fast_target) once
 # it has converted to that target.
 cdef dict _fast_targets = {}
+# The last target found there, by identity (most programs convert to one target in
+# a loop, and a name written in the source is one interned string).
+cdef object _last_to = None
+cdef FastTarget _last_target = None
 
 
 def set_fast_target(to, FastTarget target):
+    global _last_to
     _fast_targets[to] = target
+    _last_to = None
+
+
+cdef inline FastTarget _fast_target_of(object to):
+    """The FastTarget for `to` (a str or a module), or None."""
+    global _last_to, _last_target
+    if to is _last_to:
+        return _last_target
+    target = _fast_targets.get(to)
+    if target is None:
+        return None
+    # (dropping the old name or module may run Python code: the pair is never mixed)
+    _last_to = None
+    _last_target = <FastTarget>target
+    _last_to = to
+    return _last_target
 
 
 def _fast_convert(FastTarget target, obj):

@@ -12,10 +12,11 @@ import weakref
 import numpy as np
 import pytest
 from needs import needs
-from producers import numpy_producer
+from producers import Producer, fake_device_producer, numpy_producer
 
 import tensorbridge as tb
 from tensorbridge import _core
+from tensorbridge._core import Tensor
 from tensorbridge._frameworks import FRAMEWORKS
 
 R = _core._route_constants()
@@ -356,3 +357,228 @@ def test_explain_says_which_route():
 def test_explain_route_for_data_the_route_gives_back():
     plan = tb.explain(np.arange(3.0)[::-1], "torch")
     assert plan.route.endswith("data it cannot take as it is (as here) is planned")
+
+
+# -- carried routes: the target's importer asks the source through a checker ----------
+
+
+def _carried_target(**overrides):
+    """A FastTarget for float32 host data whose importer of objects records what it
+    is given and imports it with tb.from_dlpack (as a real importer would)."""
+    seen = []
+
+    def importer(obj):
+        seen.append(obj)
+        return tb.from_dlpack(obj.__dlpack__(max_version=(1, 3)))
+
+    options = dict(
+        target_type=None,
+        dtypes=[tb.float32],
+        negative_strides=False,
+        noncompact=False,
+        permuted=False,
+        offset_ok=True,
+        readonly_ok=True,
+        alignment=0,
+        maker=lambda t: t,
+        carrier_importer=importer,
+    )
+    options.update(overrides)
+    target = _core.FastTarget(**options)
+    return target, seen
+
+
+def _recording(array):
+    p = numpy_producer(array)
+    p.__class__ = type("Carried", (type(p),), {})  # a type of its own: its own route
+    return p
+
+
+def test_a_carried_route_passes_on_the_capsule_the_importer_asked_for():
+    a = np.arange(4, dtype=np.float32)
+    p = _recording(a)
+    target, seen = _carried_target()
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    out = _core._fast_convert(target, p)
+    assert type(out) is Tensor and out.data_ptr() == a.ctypes.data
+    assert p.calls == [{"max_version": (1, 3)}]  # the importer's own request, once
+    assert len(seen) == 1 and seen[0] is not p  # through the carrier
+    assert target.route_of(p) == R["PROTOCOL"] | R["CARRY"]
+
+
+def test_a_capsule_the_target_does_not_take_is_read_here_not_asked_again():
+    a = np.arange(4, dtype=np.float64)  # the target takes float32 only
+    p = _recording(a)
+    target, _ = _carried_target()
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p) is None  # the planner decides
+    assert len(p.calls) == 1 and len(p.counters) == 1
+    gc.collect()
+    # read here (consumed), not dropped for the planner to ask again
+    assert p.counters[0].calls == 1 and p.counters[0].capsule_frees == 0
+    # A refusal costs an exception inside the importer: this type is read here now.
+    assert target.route_of(p) == R["PROTOCOL"]
+
+
+def test_misaligned_data_on_a_carried_route_is_copied_in_c():
+    buf = np.zeros(80, dtype=np.float32)
+    start = next(i for i in range(16) if (buf.ctypes.data + 4 * i) % 64)
+    view = buf[start : start + 8]
+    view[:] = np.arange(8)
+    p = _recording(view)
+    target, _ = _carried_target(alignment=64)
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    out = _core._fast_convert(target, p)
+    assert type(out) is Tensor and out.data_ptr() % 64 == 0
+    assert out.tolist() == list(range(8)) and len(p.calls) == 1
+
+
+def test_a_carried_route_never_passes_device_memory_on():
+    p = fake_device_producer((2, 0))
+    p.__class__ = type("CarriedGpu", (type(p),), {})
+    target, seen = _carried_target()
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p) is None
+    assert len(p.calls) == 1  # asked without a stream: no ordering request was made
+    assert "stream" not in p.calls[0]
+    # From now on the planner asks this type first, on the consumer's stream.
+    assert target.asks_device_first(p)
+    assert _core._fast_convert(target, p) is None and len(p.calls) == 1
+    assert len(seen) == 1  # (the importer was not called again)
+
+
+def test_a_carrier_passes_keywords_on_as_given():
+    a = np.arange(2, dtype=np.float32)
+    p = _recording(a)
+
+    def importer(obj):
+        assert obj.__dlpack_device__() == (1, 0)
+        return tb.from_dlpack(obj.__dlpack__(stream=None, copy=False, max_version=(1, 2)))
+
+    target, _ = _carried_target(carrier_importer=importer)
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p).tolist() == [0.0, 1.0]
+    assert p.calls == [{"copy": False, "max_version": (1, 2)}]  # None keywords left out
+
+
+def _swallowing(answer):
+    """An importer that asks twice and answers whatever happened (as no good
+    importer does)."""
+
+    def importer(obj):
+        for _ in range(2):
+            try:
+                obj.__dlpack__()
+            except BufferError as exc:
+                assert "asked once" in str(exc) or "does not take" in str(exc)
+        return answer
+
+    return importer
+
+
+def test_an_importer_that_answers_after_a_refusal_is_not_believed():
+    a = np.arange(2, dtype=np.float32)
+    p = _recording(a)
+    target, _ = _carried_target(carrier_importer=_swallowing("wrong"))
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p) is None  # (asked again: refused)
+    assert len(p.calls) == 1 and target.route_of(p) == R["PROTOCOL"]
+    b = np.arange(2, dtype=np.float64)
+    q = _recording(b)
+    target.remember(type(q), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, q) is None  # float64: refused, read here
+    assert len(q.calls) == 1
+
+
+def test_a_source_that_raises_is_asked_once_and_read_here_from_then_on():
+    def broken(**kw):
+        raise BufferError("no export today")
+
+    p = Producer(broken)
+    p.__class__ = type("Broken", (Producer,), {})
+    target, _ = _carried_target(carrier_importer=_swallowing(None))
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p) is None
+    assert len(p.calls) == 1
+    assert target.route_of(p) == R["PROTOCOL"] and target.uncarried(p)
+    # The planner decides the type again: the carry stays off.
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert target.route_of(p) == R["PROTOCOL"]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
+def test_what_an_importer_must_not_swallow_is_raised(error):
+    def interrupted(**kw):
+        raise error()
+
+    p = Producer(interrupted)
+    p.__class__ = type("Interrupted", (Producer,), {})
+
+    def importer(obj):  # as MLX's: any exception from __dlpack__ becomes a TypeError
+        try:
+            obj.__dlpack__()
+        except BaseException as exc:
+            raise TypeError("could not import") from exc
+
+    target, _ = _carried_target(carrier_importer=importer)
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    with pytest.raises(error):
+        _core._fast_convert(target, p)
+
+
+def test_a_device_answer_is_refused_before_the_source_is_asked():
+    p = fake_device_producer((2, 0))
+    p.__class__ = type("CarriedGpu2", (type(p),), {})
+
+    def importer(obj):  # a consumer that asks the device first
+        device = obj.__dlpack_device__()
+        raise AssertionError(f"not refused: {device}")
+
+    target, _ = _carried_target(carrier_importer=importer)
+    target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+    assert _core._fast_convert(target, p) is None and p.calls == []
+    assert target.asks_device_first(p)
+
+
+def test_set_fast_target_replaces_the_remembered_target():
+    a = np.arange(2.0)
+    tb.convert(a, "numpy")
+    old = fast("numpy")
+    replacement, _ = _carried_target(maker="identity", dtypes=[tb.float64])
+    replacement.remember(np.ndarray, R["NDARRAY"])
+    try:
+        _core.set_fast_target("numpy", replacement)
+        assert type(tb.convert(a, "numpy")) is Tensor  # the new target, not a cached one
+    finally:
+        _core.set_fast_target("numpy", old)
+    assert type(tb.convert(a, "numpy")) is np.ndarray
+
+
+def test_remember_refuses_a_carry_without_an_importer_of_objects():
+    target, _ = _carried_target(carrier_importer=None)
+    with pytest.raises(ValueError, match="cannot read"):
+        target.remember(_Producer, R["PROTOCOL"] | R["CARRY"])
+    with pytest.raises(ValueError, match="cannot read"):
+        fast("numpy").remember(np.ndarray, R["NDARRAY"] | R["CARRY"])
+
+
+@needs("tvm_ffi", "mlx")
+def test_carried_routes_into_mlx_check_what_mx_from_dlpack_narrows(no_planner):
+    import mlx.core as mx
+    import tvm_ffi
+
+    _core.clear_routes()  # (forgets earlier refusals too)
+    x = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
+    assert tb.convert(x, "mlx").tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert fast("mlx").route_of(x) == R["PROTOCOL"] | R["CARRY"]
+    # float64: mx.from_dlpack would narrow it to float32; the carrier refuses it and
+    # the planner makes a float64 array.
+    y = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float64) + 0.1)
+    out = tb.convert(y, "mlx")
+    assert out.dtype == mx.float64 and out.tolist() == [0.1, 1.1, 2.1, 3.1]
+    # The refusal lasts, though the planner decided the type's route again.
+    assert fast("mlx").route_of(x) == R["PROTOCOL"] and fast("mlx").uncarried(x)
+    assert "refused data of this type before" in tb.explain(x, "mlx").route
+    no_planner("mlx")
+    z = tvm_ffi.from_dlpack(np.arange(3, dtype=np.float32))
+    assert tb.convert(z, "mlx").tolist() == [0.0, 1.0, 2.0]  # read here, made by mlx

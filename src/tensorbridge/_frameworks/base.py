@@ -276,6 +276,15 @@ class Framework:
         return None
 
     @classmethod
+    def carry_importer(cls) -> Any:
+        """What carried routes call with a source they do not read first (a
+        `_core._Carrier` standing for it, which checks the capsule the call asks
+        for before passing it on): the framework's importer of objects, for targets
+        whose own import of a checked capsule is the fastest correct one; None: no
+        carried routes. See docs/design.md, "Routes"."""
+        return None
+
+    @classmethod
     def current_stream(cls, device: Device) -> int | None:
         """The stream a producer of CUDA/ROCm memory on `device` is asked to order
         its work on when tensorbridge reads the data for this framework: the
@@ -316,6 +325,7 @@ class Framework:
                         alignment=cls.alignment,
                         maker=maker,
                         importer=cls.importer(),
+                        carrier_importer=cls.carry_importer(),
                         guard64=cls.guard64(),
                     )
                 except TypeError:

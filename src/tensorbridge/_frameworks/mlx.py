@@ -52,6 +52,10 @@ class MlxFramework(Framework):
         return cls.module().from_dlpack
 
     @classmethod
+    def carry_importer(cls) -> Any:
+        return cls.importer()
+
+    @classmethod
     def make(cls, t: Tensor) -> Any:
         mx = cls.module()
         if t.dtype.name == "float64":

@@ -74,6 +74,11 @@ class TensorflowFramework(Framework):
         return lambda t: from_dlpack(to_dlpack(t))
 
     @classmethod
+    def carry_importer(cls) -> Any:
+        from_dlpack = cls.module().experimental.dlpack.from_dlpack
+        return lambda x: from_dlpack(x.__dlpack__())  # it takes capsules only
+
+    @classmethod
     def make(cls, t: Tensor) -> Any:
         tf = cls.module()
         return tf.experimental.dlpack.from_dlpack(_core.to_dlpack(writable_view(folded(t))))

@@ -49,3 +49,7 @@ class TvmFfiFramework(Framework):
     @classmethod
     def importer(cls) -> Any:
         return cls.module().from_dlpack
+
+    @classmethod
+    def carry_importer(cls) -> Any:
+        return cls.importer()
