@@ -134,3 +134,18 @@ def test_device_memory_and_moves():
     assert tb.convert(t, "tensorbridge").device == "cuda:0"
     with pytest.raises(BufferError, match="cannot move cpu data to cuda:0"):
         tb.convert(np.arange(3.0), "tensorbridge", device="cuda")
+
+
+def test_the_target_is_given_positionally_or_as_to():
+    a = np.arange(3.0)
+    for call in (lambda: tb.convert(a, "numpy"), lambda: tb.convert(a, to="numpy")):
+        out = call()
+        assert type(out) is np.ndarray and out.ctypes.data == a.ctypes.data
+    assert tb.convert(a, to="tensorbridge", copy=True).data_ptr() != a.ctypes.data
+    assert tb.explain(a, to="numpy").shares_memory
+    assert tb.explain(a, "numpy", copy=True).shares_memory is False
+    for f in (tb.convert, tb.explain):
+        with pytest.raises(TypeError, match="argument"):
+            f(a)  # the target is required
+        with pytest.raises(TypeError):
+            f(obj=a, to="numpy")  # the source is positional only

@@ -437,8 +437,8 @@ def _carry_out(plan: Plan, t: Tensor, producer: Any = None) -> Any:
 
 def convert_general(
     obj: Any,
-    to: Any,
     /,
+    to: Any,
     *,
     dtype: Any = None,
     device: Any = None,
@@ -544,8 +544,8 @@ def _remember_route(obj: Any, to: str | types.ModuleType, framework: type[Framew
 
 def explain(
     obj: Any,
-    to: Any,
     /,
+    to: Any,
     *,
     dtype: Any = None,
     device: Any = None,

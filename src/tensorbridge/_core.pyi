@@ -169,8 +169,8 @@ def asarray(
 @overload
 def convert(
     obj: object,
-    to: Literal["numpy"],
     /,
+    to: Literal["numpy"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -181,8 +181,8 @@ def convert(
 @overload
 def convert(
     obj: object,
-    to: Literal["tensorbridge"],
     /,
+    to: Literal["tensorbridge"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -193,8 +193,8 @@ def convert(
 @overload
 def convert(
     obj: object,
-    to: _Target,
     /,
+    to: _Target,
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,

@@ -50,7 +50,7 @@ cdef object _numpy_ops():
     return _numpy_ops_mod
 
 
-def convert(obj, to, /, *, dtype=None, device=None, copy=None, requires_grad=False,
+def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=False,
             readonly="share"):
     """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
 
