@@ -179,12 +179,36 @@ def test_dtype_spellings():
 
     for spelling in (tb.float16, "float16", np.float16, np.dtype("float16"), torch.float16):
         assert tb.asarray([1, 2], dtype=spelling).dtype is tb.float16
-    assert tb.asarray([1], dtype=float).dtype is tb.float32
+    assert tb.asarray([1], dtype=float).dtype is tb.float64  # as NumPy and torch
     assert tb.asarray([1], dtype=torch.bfloat16).dtype is tb.bfloat16
     with pytest.raises(TypeError, match="has no DLPack equivalent"):
         tb.asarray([1], dtype=torch.complex32)
     with pytest.raises(TypeError, match="dtype must be"):
         tb.asarray([1], dtype="float128x")
+
+
+def test_python_types_as_dtype_mean_what_numpy_and_torch_read():
+    # As np.asarray(..., dtype=float) and torch.tensor(..., dtype=float): float64,
+    # whatever the default dtype of values without one (float32 here, as torch's).
+    a = np.arange(3.0)
+    out = tb.asarray(a, dtype=float)
+    assert out.dtype is tb.float64 and out.data_ptr() == a.ctypes.data  # no cast
+    assert tb.asarray([1.5], dtype=complex).dtype is tb.complex128
+    assert tb.asarray([1.5], dtype=int).dtype is tb.int64
+    assert tb.asarray([0, 2], dtype=bool).tolist() == [False, True]
+    assert tb.asarray([1.5]).dtype is tb.float32  # values without a dtype: unchanged
+    assert tb.asarray([1j]).dtype is tb.complex64
+    for py, name in ((float, "float64"), (complex, "complex128"), (int, "int64")):
+        assert tb.asarray(np.zeros(2), dtype=py).dtype.name == np.dtype(py).name == name
+
+
+@needs("torch")
+def test_python_float_as_dtype_into_torch():
+    import torch
+
+    assert tb.convert(np.arange(2, dtype=np.float32), "torch", dtype=float).dtype == (
+        torch.tensor([1], dtype=float).dtype
+    )
 
 
 @needs("torch")

@@ -174,9 +174,10 @@ _FRAMEWORK_MODULES = ("torch", "paddle", "mlx", "tensorflow", "jax", "jaxlib")
 
 
 def as_dtype(obj: Any) -> DType:
-    """Resolve a dtype argument: a DType, its name, a Python type (``float`` is the
-    default float dtype), a NumPy or ml_dtypes dtype or type, or a framework dtype
-    such as ``torch.float32``."""
+    """Resolve a dtype argument: a DType, its name, a Python type (as NumPy and
+    PyTorch read them: ``bool``, ``int`` int64, ``float`` float64, ``complex``
+    complex128; the default float dtype is only for values without a dtype), a NumPy or
+    ml_dtypes dtype or type, or a framework dtype such as ``torch.float32``."""
     if type(obj) is DType:
         if DTYPES.get(obj.name) is not obj:
             raise TypeError(f"{obj!r} is not one of tensorbridge's dtypes")
@@ -190,9 +191,9 @@ def as_dtype(obj: Any) -> DType:
     elif obj is int:
         return DTYPES["int64"]
     elif obj is float:
-        return _default_float
+        return DTYPES["float64"]
     elif obj is complex:
-        return default_complex()
+        return DTYPES["complex128"]
     else:
         module = getattr(type(obj), "__module__", "") or ""
         if module.split(".")[0] in _FRAMEWORK_MODULES:
