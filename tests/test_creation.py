@@ -363,3 +363,12 @@ def test_constructor_errors():
         tb.arange(0, 3, 0)
     with pytest.raises(ValueError, match="fill_value must be a scalar"):
         tb.full(2, [1, 2])
+
+
+def test_range_and_other_sequences_are_read_as_their_items():
+    t = tb.asarray(range(3))
+    assert t.dtype is tb.int64 and t.tolist() == [0, 1, 2]  # as numpy and torch.asarray
+    assert tb.asarray(range(0, 6, 2), dtype=tb.float32).tolist() == [0.0, 2.0, 4.0]
+    assert tb.asarray([range(2), range(2, 4)]).tolist() == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match="always copied"):
+        tb.asarray(range(3), copy=False)

@@ -82,8 +82,9 @@ cdef DLDataType _buffer_dtype(const char* fmt, Py_ssize_t itemsize) except *:
 
 
 def import_buffer(obj, raw_dtype):
-    """A Tensor sharing obj's buffer. Byte buffers (format B/b/c, 1-d, contiguous)
-    are reinterpreted as raw_dtype; typed buffers keep their type and shape."""
+    """A Tensor sharing obj's buffer. With a raw_dtype, byte buffers (format B/b/c,
+    1-d, contiguous) are reinterpreted as raw_dtype; typed buffers, and every buffer
+    when raw_dtype is None, keep their type and shape."""
     cdef Tensor t = _new_tensor()
     cdef bint readonly = False
     try:
@@ -101,7 +102,7 @@ def import_buffer(obj, raw_dtype):
     if view.itemsize < 1 or view.itemsize > 16:
         raise BufferError(f"asarray(): unsupported buffer itemsize {view.itemsize}")
     cdef const char* fmt = view.format
-    cdef bint raw = view.itemsize == 1 and (
+    cdef bint raw = raw_dtype is not None and view.itemsize == 1 and (
         fmt == NULL or strcmp(fmt, "B") == 0 or strcmp(fmt, "b") == 0 or strcmp(fmt, "c") == 0
     ) and view.ndim == 1 and (view.strides == NULL or view.strides[0] == 1)
     cdef int i

@@ -55,15 +55,29 @@ def _numpy_ops() -> Any:
 # --------------------------------------------------------------------------
 
 
+def _is_byte_container(obj: Any) -> bool:
+    """Whether obj's buffer is raw bytes with no element type of their own: bytes,
+    bytearray, mmap, and memoryviews of those (not array.array('B'), whose format
+    says uint8)."""
+    while type(obj) is memoryview:
+        base = getattr(obj, "obj", None)  # (None: a view of C memory, no exporter)
+        if base is None:
+            return True
+        obj = base
+    tp = type(obj)
+    return tp in (bytes, bytearray) or (tp.__module__ == "mmap" and tp.__name__ == "mmap")
+
+
 def asarray(
     obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None
 ) -> Tensor:
     """Turn ``obj`` into a Tensor, sharing its memory whenever possible.
 
     Accepted, in this order: a Tensor; an object with ``__dlpack__``; a DLPack
-    capsule (consumed); a buffer-protocol object (byte buffers are reinterpreted as
-    ``dtype``, by default the default float dtype; typed buffers keep their type
-    and shape); a Python or NumPy scalar; a (nested) sequence of those, of 0-d
+    capsule (consumed); a buffer-protocol object (the bytes of ``bytes``,
+    ``bytearray``, ``mmap`` and their memoryviews are reinterpreted as ``dtype``, by
+    default the default float dtype; typed buffers such as ``array.array`` keep their
+    type and shape); a Python or NumPy scalar; a (nested) sequence of those, of 0-d
     tensors or of DLPack objects.
 
     Parameters
@@ -106,10 +120,15 @@ def asarray(
         _refuse_copy_false(copy, f"a {type(obj).__name__} scalar is always copied")
         tensor, fresh = _from_scalar(obj, target_dtype), True
     elif _core.has_buffer(obj):
-        raw_dtype = target_dtype if target_dtype is not None else get_default_dtype()
+        if _is_byte_container(obj):
+            raw_dtype = target_dtype if target_dtype is not None else get_default_dtype()
+        else:
+            raw_dtype = None  # a typed buffer (array.array('B') is uint8)
         tensor = _core.import_buffer(obj, raw_dtype)
     elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
         _refuse_copy_false(copy, f"a Python {type(obj).__name__} is always copied")
+        if type(obj) is not list and type(obj) is not tuple:
+            obj = list(obj)  # range, and other sequences: their items, as NumPy reads them
         tensor, fresh = from_sequence(obj, target_dtype), True
     else:
         raise TypeError(
@@ -248,7 +267,7 @@ def _position(pos: tuple[int, ...]) -> str:
 
 
 def _convert_leaves(x: Any, pos: tuple[int, ...]) -> Any:
-    if isinstance(x, (list, tuple)):
+    if isinstance(x, (list, tuple, range)):
         return [_convert_leaves(item, (*pos, i)) for i, item in enumerate(x)]
     if isinstance(x, (bool, int, float, complex)) or _is_numpy_scalar(x):
         if _is_numpy_scalar(x) and x.dtype.kind not in "biufcV":

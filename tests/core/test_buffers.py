@@ -95,6 +95,21 @@ def test_typed_buffers_keep_type_and_shape():
     assert t.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
+def test_a_typed_byte_buffer_is_its_type_not_raw_bytes():
+    # array.array('B') says uint8: four elements, as NumPy reads it (only byte
+    # containers are raw bytes, reinterpreted as the default float dtype).
+    data = array.array("B", [1, 2, 3, 4])
+    t = tb.asarray(data)
+    assert t.dtype == tb.uint8 and t.tolist() == [1, 2, 3, 4]
+    t[0] = 9
+    assert data[0] == 9  # shared
+    assert tb.asarray(array.array("b", [-1, 2])).tolist() == [-1, 2]
+    assert tb.asarray(memoryview(array.array("B", [5]))).dtype == tb.uint8
+    assert tb.asarray(array.array("B", [1, 2]), dtype=tb.float32).tolist() == [1.0, 2.0]
+    for raw in (bytes(4), bytearray(4), memoryview(bytearray(4)), memoryview(bytes(8))[4:]):
+        assert tb.asarray(raw).dtype == tb.float32 and tb.asarray(raw).shape == (1,)
+
+
 def test_typed_buffer_with_another_dtype_is_cast():
     t = tb.asarray(array.array("h", [1, 2]), dtype=tb.float32)
     assert t.dtype == tb.float32 and t.tolist() == [1.0, 2.0]
