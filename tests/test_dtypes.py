@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
+from needs import needs
 
 import tensorbridge as tb
 
@@ -64,3 +66,52 @@ def test_dtype_fields():
     assert tb.bool.kind == "bool" and tb.uint16.kind == "uint" and tb.float8_e5m2.kind == "float"
     with pytest.raises(AttributeError, match="immutable"):
         tb.float32.bits = 64
+
+
+# -- DTypes interoperate with NumPy's and the frameworks' spellings ---------------------
+
+
+def test_np_dtype_of_a_dtype():
+    for name in ("bool", "int8", "uint64", "float16", "float32", "float64", "complex128"):
+        assert np.dtype(getattr(tb, name)) == np.dtype(name)
+    assert np.zeros(2, dtype=tb.int16).dtype == np.int16
+
+
+@needs("ml_dtypes")
+def test_np_dtype_of_an_ml_dtypes_type():
+    import ml_dtypes
+
+    assert np.dtype(tb.bfloat16) == np.dtype(ml_dtypes.bfloat16)
+    assert np.dtype(tb.float8_e4m3fn) == np.dtype(ml_dtypes.float8_e4m3fn)
+
+
+def test_a_dtype_equals_the_same_type_spelt_by_numpy_or_python():
+    assert tb.float32 == np.float32 and np.float32 == tb.float32
+    assert tb.float32 == np.dtype("float32") and np.dtype("float32") == tb.float32
+    assert tb.float64 == float and tb.complex128 == complex and tb.int64 == int  # noqa: E721
+    assert tb.float32 != np.float64 and tb.float32 != np.dtype("float64")
+    assert tb.float32 != float  # noqa: E721 (float is float64, as NumPy reads it)
+    assert tb.float64 != None  # noqa: E711 (np.dtype(None) would be float64)
+    assert tb.float32 != 3 and tb.float32 != [("a", "f4")] and tb.float32 != object()
+    assert tb.float32 != np.dtype(">f4")  # another byte order is another type
+
+
+@needs("torch")
+def test_a_dtype_equals_torch_s():
+    import torch
+
+    assert tb.float32 == torch.float32 and torch.float32 == tb.float32
+    assert tb.bfloat16 == torch.bfloat16 and tb.float32 != torch.float16
+    assert tb.float32 != torch.complex32  # (no DLPack equivalent: not equal, no error)
+
+
+@needs("dask")
+def test_dask_arrays_from_tensors():
+    import dask.array as da
+
+    t = tb.asarray(np.arange(6.0).reshape(2, 3))
+    x = da.from_array(t, chunks=(1, 3))
+    assert x.dtype == np.float64 and x.shape == (2, 3)
+    assert x.sum().compute() == 15.0
+    y = da.asarray(t)
+    assert y.dtype == tb.float64 and y.compute().tolist() == t.tolist()

@@ -24,8 +24,11 @@ class DType:
     """A DLPack element type (``lanes == 1``).
 
     Instances are singletons: ``tensorbridge.float32`` is the only float32.
-    A DType compares equal to itself and to its name, so ``t.dtype == "float32"``
-    works; it hashes like its name.
+    A DType compares equal to itself, to its name (``t.dtype == "float32"``) and to
+    the same type spelt by NumPy or a framework (``np.float32``,
+    ``np.dtype("float32")``, ``torch.float32``); it hashes like its name (so, as with
+    NumPy's dtypes, only equal names are guaranteed one dict key). ``np.dtype(tb.float32)``
+    is NumPy's float32 (see `dtype`).
 
     Attributes
     ----------
@@ -66,7 +69,28 @@ class DType:
             return self is other
         if isinstance(other, str):
             return other == self.name
-        return NotImplemented
+        if other is None:
+            return False  # (np.dtype(None) is float64; a DType is never None)
+        # The same type spelt by NumPy or a framework: np.float32, np.dtype("float32"),
+        # torch.float32, float (float64, as NumPy reads it)...
+        try:
+            return as_dtype(other) is self
+        except TypeError:
+            return NotImplemented
+
+    @property
+    def dtype(self) -> Any:
+        """This type as a NumPy dtype (ml_dtypes' for bfloat16 and the float8/6/4
+        types), so that ``np.dtype(tb.float32)`` and libraries that read a ``dtype``
+        attribute (Dask) understand tensorbridge dtypes. Imports NumPy."""
+        from tensorbridge._numpy import numpy_dtype
+
+        try:
+            return numpy_dtype(self)
+        except ImportError as exc:
+            raise TypeError(
+                f"{self.name} has no NumPy dtype without ml_dtypes: pip install ml-dtypes"
+            ) from exc
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
