@@ -149,3 +149,47 @@ def test_the_target_is_given_positionally_or_as_to():
             f(a)  # the target is required
         with pytest.raises(TypeError):
             f(obj=a, to="numpy")  # the source is positional only
+
+
+def test_an_array_of_the_target_s_own_is_returned_itself():
+    a = np.arange(3.0)
+    assert tb.convert(a, "numpy") is a and tb.convert(a, "numpy") is a  # planner, then C
+    assert tb.convert(a, "numpy", dtype="float64", device="cpu", copy=False) is a
+    assert tb.convert(a, "numpy", dtype="float32") is not a
+    assert tb.convert(a, "numpy", copy=True) is not a
+    m = np.ma.masked_array(a)  # a subclass: a base-class view, as numpy.asarray gives
+    out = tb.convert(m, "numpy")
+    assert type(out) is np.ndarray and out.ctypes.data == a.ctypes.data
+    t = tb.asarray(a)
+    assert tb.convert(t, "tensorbridge") is t
+    plan = tb.explain(a, "numpy")
+    assert plan.shares_memory and plan.path.startswith("the source itself")
+
+
+@needs("torch")
+def test_autograd_is_kept_as_torch_asarray_keeps_it():
+    import torch
+
+    leaf = torch.ones(3, requires_grad=True)
+    y = leaf * 2
+    for _ in range(2):  # (the planner, then the compiled route)
+        out = tb.convert(y, "torch")
+        assert out is y and out.grad_fn is not None
+    out.sum().backward()
+    assert leaf.grad.tolist() == [2.0, 2.0, 2.0]
+    # requires_grad=False: a detached alias, as torch.asarray(y, requires_grad=False)
+    detached = tb.convert(y, "torch", requires_grad=False)
+    assert detached is not y and not detached.requires_grad
+    assert detached.data_ptr() == y.data_ptr()
+    # requires_grad=True on a tensor that does not require grad: set in place
+    plain = torch.ones(2)
+    assert tb.explain(plain, "torch", requires_grad=True).notes == [
+        "requires_grad is set on it, in place (as torch.asarray does)"
+    ]
+    assert not plain.requires_grad  # (explain changes nothing)
+    assert tb.convert(plain, "torch", requires_grad=True) is plain and plain.requires_grad
+    # Other sources become tensors that do not require grad, unless asked.
+    assert not tb.convert(np.ones(2), "torch").requires_grad
+    assert tb.convert(np.ones(2), "torch", requires_grad=True).requires_grad
+    # From torch into another framework: detached, as before.
+    assert tb.convert(y, "numpy").tolist() == [2.0, 2.0, 2.0]

@@ -511,11 +511,15 @@ def _check_once(source: Source, target: str, to: Any, value: int, options: dict[
     _check_kind(target, result, plan)
     if not source.size:
         return  # sharing nothing cannot be seen
+    itself = result is source.obj  # the target's own array, with nothing to change
+    assert itself == plan.path.startswith("the source itself"), said
     if source.address is None:
-        # Values, not memory (a list, a NumPy scalar, Arrow booleans): nothing to share.
-        assert not plan.shares_memory, said
+        # Values, not memory (a list, a NumPy scalar, Arrow booleans): nothing to share,
+        # unless the result is the source itself.
+        assert plan.shares_memory == itself, said
         return
-    same_address = _result_address(result) == source.address
+    # (torch cannot export a tensor that requires grad: its address is the source's)
+    same_address = itself or _result_address(result) == source.address
     assert source.read is not None
     before = source.read()
     wrote = _write(target, result, value)

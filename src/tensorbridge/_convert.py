@@ -443,7 +443,7 @@ def convert_general(
     dtype: Any = None,
     device: Any = None,
     copy: bool | None = None,
-    requires_grad: bool = False,
+    requires_grad: bool | None = None,
     readonly: str = "share",
     _read: Tensor | None = None,
 ) -> Any:
@@ -451,19 +451,62 @@ def convert_general(
     which answers plan-free calls in C and calls this for the rest; `_read` is what
     its route already read of obj)."""
     framework = resolve_target(to)
-    source = _read_source(obj, copy, consume=True, target=framework, read=_read)
-    plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
-    result = _carry_out(plan, source.tensor, source.producer)
-    if (
+    no_option = (
         dtype is None
         and device is None
         and copy is None
-        and requires_grad is False
+        and requires_grad is None
         and readonly == "share"
         and (type(to) is str or type(to) is types.ModuleType)
-    ):
+    )
+    itself = _itself(obj, framework, dtype, device, copy, requires_grad, readonly)
+    if itself:
+        if itself == "set":
+            framework.set_requires_grad(obj)  # in place, as torch.asarray does
+        if no_option:
+            _remember_route(obj, to, framework)
+        return obj
+    source = _read_source(obj, copy, consume=True, target=framework, read=_read)
+    plan = _make_plan(source, framework, dtype, device, copy, bool(requires_grad), readonly)
+    result = _carry_out(plan, source.tensor, source.producer)
+    if no_option:
         _remember_route(obj, to, framework)
     return result
+
+
+def _itself(
+    obj: Any,
+    framework: type[Framework],
+    dtype: Any,
+    device: Any,
+    copy: Any,  # (not checked yet: anything else than None/False goes to the planner)
+    requires_grad: bool | None,
+    readonly: str,
+) -> bool | str:
+    """Whether convert returns obj itself: one of the target's own arrays with
+    nothing asked that it does not already have (as ``torch.asarray`` and
+    ``numpy.asarray`` return their argument), its autograd state included. "set":
+    it only needs ``requires_grad=True`` set, which torch.asarray sets in place."""
+    if copy is True or not framework.owns(obj):
+        return False
+    if readonly != "share" and readonly != "copy":
+        return False  # (the planner says what is wrong)
+    if copy is not None and copy is not False:
+        return False
+    if dtype is not None and as_dtype(dtype).name != framework.dtype_name(obj):
+        return False
+    if device is not None:
+        try:
+            here = as_device(obj.__dlpack_device__())
+        except Exception:  # (no device to compare: the planner decides)
+            return False
+        if as_device(device) != here:
+            return False
+    if requires_grad is None or bool(requires_grad) == framework.requires_grad_of(obj):
+        return True
+    if requires_grad is True and framework.autograd:
+        return "set"
+    return False  # False on a tensor that requires grad: a detached alias
 
 
 # --------------------------------------------------------------------------
@@ -478,6 +521,8 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     docs/design.md, "Routes"): how the source is read, and whether it is handed to
     the target's own importer as it is. 0: the planner decides every time."""
     tp = type(obj)
+    if target.owns(obj):
+        return _ROUTE["SAME"]  # its own array: returned as it is
     numpy = sys.modules.get("numpy")
     exact_ndarray = numpy is not None and tp is numpy.ndarray
     source = framework_of(obj)
@@ -550,7 +595,7 @@ def explain(
     dtype: Any = None,
     device: Any = None,
     copy: bool | None = None,
-    requires_grad: bool = False,
+    requires_grad: bool | None = None,
     readonly: str = "share",
 ) -> Plan:
     """What ``convert(obj, to, ...)`` would do, as a `Plan` (printed nicely).
@@ -559,10 +604,33 @@ def explain(
     about the request are raised here too.
     """
     framework = resolve_target(to)
-    source = _read_source(obj, copy, consume=False, target=framework)
-    plan = _make_plan(source, framework, dtype, device, copy, requires_grad, readonly)
     options = dtype is not None or device is not None or copy is not None
-    options = options or requires_grad is not False or readonly != "share"
+    options = options or requires_grad is not None or readonly != "share"
+    itself = _itself(obj, framework, dtype, device, copy, requires_grad, readonly)
+    # (what it is, for the plan's description: read as copy=None reads it, since
+    # nothing is copied when the result is the source itself)
+    source = _read_source(obj, None if itself else copy, consume=False, target=framework)
+    if itself:
+        t = source.tensor
+        notes = ["requires_grad is set on it, in place (as torch.asarray does)"]
+        plan = Plan(
+            source=_describe(source.kind, t),
+            target=framework.name,
+            path=f"the source itself: already a {framework.name} array, with nothing to change",
+            shares_memory=True,
+            copies=[],
+            notes=notes if itself == "set" else [],
+            dtype=framework.dtype_name(obj),
+            shape=tuple(t.shape),
+            _framework=framework,
+        )
+        plan.route = (
+            "planned on every call (an option is given)"
+            if options
+            else "in C after the first call: the source itself"
+        )
+        return plan
+    plan = _make_plan(source, framework, dtype, device, copy, bool(requires_grad), readonly)
     plan.route = _route_text(obj, framework, plan, source.tensor, options)
     return plan
 
@@ -584,6 +652,8 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, option
     if fast is None:
         return f"planned on every call ({framework.name} has no route)"
     mode = route_mode(obj, framework)
+    if mode == _ROUTE["SAME"]:
+        return "in C after the first call: the source itself"
     if not mode:
         why = (
             "a capsule is read once"

@@ -175,7 +175,7 @@ def convert(
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
     copy: bool | None = None,
-    requires_grad: bool = False,
+    requires_grad: bool | None = None,
     readonly: Literal["share", "copy"] = "share",
 ) -> NDArray[Any]: ...
 @overload
@@ -187,7 +187,7 @@ def convert(
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
     copy: bool | None = None,
-    requires_grad: bool = False,
+    requires_grad: bool | None = None,
     readonly: Literal["share", "copy"] = "share",
 ) -> Tensor: ...
 @overload
@@ -199,7 +199,7 @@ def convert(
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
     copy: bool | None = None,
-    requires_grad: bool = False,
+    requires_grad: bool | None = None,
     readonly: Literal["share", "copy"] = "share",
 ) -> Any: ...
 

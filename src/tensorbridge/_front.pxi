@@ -50,7 +50,7 @@ cdef object _numpy_ops():
     return _numpy_ops_mod
 
 
-def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=False,
+def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=None,
             readonly="share"):
     """Convert ``obj`` into framework ``to``, sharing memory whenever the target can.
 
@@ -69,9 +69,13 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Fal
         ``None``: copy only when the target cannot take the data as it is.
         ``True``: always a copy. ``False``: never; BufferError saying what the target
         cannot take.
-    requires_grad : bool
-        A PyTorch leaf tensor that requires grad (PaddlePaddle: ``stop_gradient=False``);
-        ValueError for targets without autograd.
+    requires_grad : bool, optional
+        As ``torch.asarray``. ``None``: a tensor of the target's own keeps its autograd
+        state (it is returned itself); anything else becomes a tensor that does not
+        require grad. ``True``: a PyTorch leaf tensor that requires grad (PaddlePaddle:
+        ``stop_gradient=False``); on a tensor of the target's own it is set in place.
+        ``False``: a tensor that requires grad gives a detached alias. ValueError for
+        ``True`` with targets without autograd.
     readonly : {"share", "copy"}
         Read-only data (a read-only NumPy array, JAX and Arrow arrays...) for a target
         that cannot mark its tensors read-only (PyTorch, PaddlePaddle, tvm-ffi).
@@ -84,7 +88,9 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Fal
     Returns
     -------
     The target framework's array, with the source's values, shape and dtype (or
-    ``dtype``). Read-only sources stay read-only where the target can say so.
+    ``dtype``). Read-only sources stay read-only where the target can say so. One of
+    the target's own arrays with nothing to change is returned itself, as
+    ``torch.asarray`` and ``numpy.asarray`` do.
 
     Examples
     --------
@@ -98,7 +104,7 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Fal
     cdef FastTarget target
     cdef int mode
     read = None
-    if dtype is None and device is None and copy is None and requires_grad is False and (
+    if dtype is None and device is None and copy is None and requires_grad is None and (
             readonly == "share") and (type(to) is str or type(to) is _ModuleType):
         # The route the planner cached for type(obj) and this target (_routes.pxi).
         target = _fast_target_of(to)

@@ -41,6 +41,7 @@ cdef enum:
     # protocol read: the target's importer asks the source through a _Carrier,
     # which checks the capsule before passing it on
     ROUTE_CARRY = 512
+    ROUTE_SAME = 1024       # the target's own array: returned as it is (no read)
 
 
 def _route_constants():
@@ -49,7 +50,7 @@ def _route_constants():
                 PROTOCOL=ROUTE_PROTOCOL, HANDOFF=ROUTE_HANDOFF,
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
-                MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY)
+                MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -309,7 +310,9 @@ cdef class FastTarget:
         if not isinstance(tp, type):
             raise TypeError(f"remember(): expected a type, got {tp!r}")
         # Each read trusts the object's layout in C: the type must be that kind.
-        if (read == ROUTE_TENSOR and tp is not Tensor) or (
+        if mode == ROUTE_SAME:
+            pass
+        elif (read == ROUTE_TENSOR and tp is not Tensor) or (
                 read == ROUTE_NDARRAY and not _is_ndarray_type(tp)) or (
                 read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
                 read > ROUTE_PROTOCOL or (mode & ROUTE_CARRY and (
@@ -370,6 +373,8 @@ cdef class FastTarget:
 
     cdef object run(self, int mode, object obj):
         """The target's object for obj along `mode`, or None: the planner decides."""
+        if mode == ROUTE_SAME:
+            return obj
         if mode & ROUTE_HANDOFF:
             return self._hand_off(mode, obj)
         if mode & ROUTE_CARRY:

@@ -60,10 +60,12 @@ def test_a_route_is_decided_once_then_runs_without_the_planner(no_planner):
 def test_routes_by_source_kind():
     a = np.arange(3.0)
     tb.convert(a, "numpy")
-    assert fast("numpy").route_of(a) == R["NDARRAY"] | R["HANDOFF"]
+    assert fast("numpy").route_of(a) == R["SAME"]  # its own array: returned itself
+    assert tb.convert(a, "numpy") is a
     t = tb.asarray(a)
     tb.convert(t, "numpy")
     assert fast("numpy").route_of(t) == R["TENSOR"]
+    assert tb.convert(t, "tensorbridge") is t and fast("tensorbridge").route_of(t) == R["SAME"]
     scalar = np.float64(1.0)  # a value: always planned (it is copied)
     tb.convert(scalar, "numpy")
     assert fast("numpy").route_of(scalar) == -1
@@ -125,16 +127,17 @@ def test_pyarrow_sources():
     bools = pa.array([True, False])
     tb.convert(bools, "numpy")
     assert fast("numpy").route_of(bools) == -1
-    # Into pyarrow: its own 1-d arrays are handed to pyarrow.Array.from_dlpack; its
-    # n-d tensors are read (Array.from_dlpack takes 1-d data only).
+    # Into pyarrow: its own arrays and tensors are returned themselves; its chunked
+    # arrays are planned (one chunk is shared, more are combined).
     sliced = pa.array([1.0, 2.0, 3.0]).slice(1)
     tb.convert(sliced, "pyarrow")
-    assert fast("pyarrow").route_of(sliced) & R["HANDOFF"]
-    assert tb.convert(sliced, "pyarrow").to_pylist() == [2.0, 3.0]
+    assert fast("pyarrow").route_of(sliced) == R["SAME"]
+    assert tb.convert(sliced, "pyarrow") is sliced and tb.convert(bools, "pyarrow") is bools
     grid = pa.Tensor.from_numpy(np.arange(6.0).reshape(2, 3))
-    tb.convert(grid, "pyarrow")
-    assert fast("pyarrow").route_of(grid) == R["PROTOCOL"]
-    assert tb.convert(grid, "pyarrow").to_numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert tb.convert(grid, "pyarrow") is grid
+    one = pa.chunked_array([[1.0, 2.0]])
+    assert tb.convert(one, "pyarrow").to_pylist() == [1.0, 2.0]
+    assert fast("pyarrow").route_of(one) == -1
 
 
 @needs("jax")
@@ -341,8 +344,11 @@ def test_read_only_arrays_reach_tvm_ffi_through_the_route(no_planner):
 
 def test_explain_says_which_route():
     a = np.arange(3.0)
-    assert tb.explain(a, "numpy").route == (
-        "in C after the first call: the source object goes to numpy's own importer as it is"
+    assert tb.explain(a, "numpy").route == "in C after the first call: the source itself"
+    assert tb.explain(tb.asarray(a), "tensorbridge").path.startswith("the source itself")
+    p = _recording(a)  # (a type of its own, never marked by other tests)
+    assert tb.explain(p, "numpy").route == (
+        "in C after the first call: read through its __dlpack__, then made by numpy"
     )
     t = tb.asarray(a)
     assert "read through the Tensor as it is, then made by numpy" in tb.explain(t, "numpy").route

@@ -22,6 +22,7 @@ class ArrayApiStrictFramework(Framework):
     host_only = True
     dtypes = STANDARD - {"float16"}
     readonly = "flag"
+    own_types = ("array_api_strict._array_object.Array",)
     path = "array_api_strict.from_dlpack on a versioned DLPack capsule"
     quirks = (("array-api-strict has no float16", "convert refuses it (pass dtype=)"),)
 

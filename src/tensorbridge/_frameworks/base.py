@@ -11,6 +11,7 @@ doing it. A framework is imported only when a conversion needs it (`module`).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
@@ -147,6 +148,11 @@ class Framework:
     #: False when its tensors' own exports need tensorbridge's checks (a device id
     #: of None...), so they are never handed to another framework's importer.
     trusted_export: ClassVar[bool] = True
+
+    #: Where the types of its arrays live (``"module.Type"``): convert returns such
+    #: an array itself when nothing is asked of it (`owns`), as ``torch.asarray``
+    #: and ``numpy.asarray`` do.
+    own_types: ClassVar[tuple[str, ...]] = ()
 
     #: The cached `_core.FastTarget` (False: it has none); see `fast_target`.
     fast_cache: ClassVar[Any] = None
@@ -353,6 +359,22 @@ class Framework:
     @classmethod
     def set_requires_grad(cls, obj: Any) -> Any:
         raise ValueError(f"requires_grad=True: {cls.name} has no autograd")
+
+    @classmethod
+    def owns(cls, obj: Any) -> bool:
+        """Whether obj is one of its own arrays (an instance of `own_types`; no
+        module is imported: an array of a framework means it is loaded)."""
+        for path in cls.own_types:
+            module, _, name = path.rpartition(".")
+            tp = getattr(sys.modules.get(module), name, None)
+            if isinstance(tp, type) and isinstance(obj, tp):
+                return True
+        return False
+
+    @classmethod
+    def requires_grad_of(cls, obj: Any) -> bool:
+        """Whether one of its arrays is recorded by autograd."""
+        return False
 
 
 # --------------------------------------------------------------------------

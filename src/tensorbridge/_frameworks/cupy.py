@@ -23,6 +23,7 @@ class CupyFramework(Framework):
     label = "cupy"
     needs_gpu = True
     dtypes = STANDARD
+    own_types = ("cupy.ndarray",)
     path = "cupy.from_dlpack (CUDA memory); cupy.asarray copies CPU memory to the GPU"
     quirks = (
         (

@@ -28,6 +28,7 @@ class JaxFramework(Framework):
     readonly = "immutable"
     legacy_only = True
     legacy_export = True
+    own_types = ("jax.Array",)
     path = "jax.dlpack.from_dlpack (JAX reads legacy capsules only)"
     quirks = (
         (

@@ -30,6 +30,7 @@ class MlxFramework(Framework):
     importer_refuses_dtypes = False
     # float64 goes through mx.array (the planner): mx.from_dlpack narrows it.
     fast_dtypes = (STANDARD - {"complex128", "float64"}) | {"bfloat16"}
+    own_types = ("mlx.core.array",)
     path = "mlx.core.from_dlpack (MLX always copies into its own memory)"
     quirks = (
         (

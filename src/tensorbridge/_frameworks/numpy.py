@@ -24,6 +24,7 @@ class NumpyFramework(Framework):
     label = "numpy"
     host_only = True
     readonly = "flag"
+    own_types = ("numpy.ndarray",)
     path = "numpy.from_dlpack (a NumPy view through the buffer protocol for ml_dtypes types)"
     quirks = (
         (
@@ -76,3 +77,10 @@ class NumpyFramework(Framework):
     @classmethod
     def importer(cls) -> Any:
         return cls.module().from_dlpack
+
+    @classmethod
+    def owns(cls, obj: Any) -> bool:
+        # Exactly ndarray: numpy.asarray gives subclasses (matrix, masked arrays) a
+        # base-class view, and so does convert.
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and type(obj) is numpy.ndarray

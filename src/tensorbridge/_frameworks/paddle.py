@@ -24,6 +24,7 @@ class PaddleFramework(Framework):
     byte_offset = "fold"
     trusted_export = False  # __dlpack_device__ answers (kDLCPU, None)
     autograd = True
+    own_types = ("paddle.Tensor",)
     path = "paddle.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
     fallback_path = "paddle.utils.dlpack.from_dlpack on a versioned DLPack capsule"
     quirks = (
@@ -83,3 +84,7 @@ class PaddleFramework(Framework):
     def set_requires_grad(cls, obj: Any) -> Any:
         obj.stop_gradient = False
         return obj
+
+    @classmethod
+    def requires_grad_of(cls, obj: Any) -> bool:
+        return not obj.stop_gradient

@@ -42,6 +42,7 @@ class PyarrowFramework(Framework):
     # Booleans are bit-packed in Arrow: the planner converts them.
     fast_dtypes = dtypes - {"bool"}
     fast_contiguous_only = True
+    own_types = ("pyarrow.Array", "pyarrow.Tensor")
     path = "pyarrow.Array.from_dlpack (1-d) or pyarrow.Tensor.from_dlpack (other shapes)"
     quirks = (
         (
@@ -87,12 +88,6 @@ class PyarrowFramework(Framework):
     @classmethod
     def reads_in_c(cls, tp: type) -> bool:
         return tp.__name__ not in ("ChunkedArray", "BooleanArray")
-
-    @classmethod
-    def hands_off(cls, source: type[Framework], tp: type) -> bool:
-        # Its own 1-d arrays only: pyarrow.Array.from_dlpack takes exactly those (with
-        # no nulls, which pyarrow's export refuses, so the planner says why).
-        return source is cls and tp.__name__ not in ("Tensor", "ChunkedArray", "BooleanArray")
 
     @classmethod
     def importer(cls) -> Any:

@@ -18,6 +18,7 @@ class TensorbridgeFramework(Framework):
     import_names = (("tb", "tensorbridge"), ("tensorbridge", "tensorbridge"))
     label = "tensorbridge"
     readonly = "flag"
+    own_types = ("tensorbridge._core.Tensor",)
     path = "tensorbridge.Tensor (a view, no protocol round trip)"
 
     @classmethod

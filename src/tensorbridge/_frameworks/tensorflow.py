@@ -30,6 +30,7 @@ class TensorflowFramework(Framework):
     readonly = "immutable"
     legacy_only = True
     legacy_export = True
+    own_types = ("tensorflow.python.framework.ops.EagerTensor",)
     path = "tf.experimental.dlpack.from_dlpack on a legacy capsule (the only kind TF reads)"
     quirks = (
         (

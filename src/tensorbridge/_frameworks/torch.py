@@ -48,6 +48,7 @@ class TorchFramework(Framework):
     negative_strides = False
     autograd = True
     bit_views = True
+    own_types = ("torch.Tensor",)
     path = "torch.Tensor's DLPack C exchange table (managed_tensor_to_py_object_no_sync)"
     fallback_path = "torch.from_dlpack on a versioned DLPack capsule"
     quirks = (
@@ -124,3 +125,7 @@ class TorchFramework(Framework):
                 f"gradients; this one is {obj.dtype}"
             )
         return obj.requires_grad_(True)
+
+    @classmethod
+    def requires_grad_of(cls, obj: Any) -> bool:
+        return bool(obj.requires_grad)

@@ -19,6 +19,7 @@ class TvmFfiFramework(Framework):
     distribution = "apache-tvm-ffi"
     label = "tvm_ffi"
     dtypes = ALL_DTYPES - {"complex64", "complex128"} - SUBBYTE
+    own_types = ("tvm_ffi.Tensor",)
     path = "tvm_ffi.from_dlpack"
     handoff = True
     importer_refuses_dtypes = False
