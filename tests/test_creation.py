@@ -372,3 +372,87 @@ def test_range_and_other_sequences_are_read_as_their_items():
     assert tb.asarray([range(2), range(2, 4)]).tolist() == [[0, 1], [2, 3]]
     with pytest.raises(ValueError, match="always copied"):
         tb.asarray(range(3), copy=False)
+
+
+class _ArrayLike:
+    """An object speaking only NumPy's __array__ protocol (NumPy 2's copy keyword)."""
+
+    def __init__(self, array, accepts_copy=True):
+        self.array = array
+        self.asked = []
+        if not accepts_copy:
+            self.__class__ = _OldArrayLike
+
+    def __array__(self, dtype=None, copy=None):
+        self.asked.append(copy)
+        if copy is True:
+            return self.array.copy()
+        return self.array
+
+
+class _OldArrayLike(_ArrayLike):
+    def __array__(self, dtype=None):  # before NumPy 2: no copy keyword
+        return self.array
+
+
+def test_objects_with_array_are_read_through_it_without_a_copy():
+    a = np.arange(6.0).reshape(2, 3)
+    like = _ArrayLike(a)
+    t = tb.asarray(like)
+    assert t.data_ptr() == a.ctypes.data and t.shape == (2, 3)
+    assert tb.asarray(like, copy=False).data_ptr() == a.ctypes.data
+    assert like.asked[-1] is False  # asked not to copy
+    assert tb.asarray(like, copy=True).data_ptr() != a.ctypes.data
+    with pytest.raises(ValueError, match="cannot be asked not to copy"):
+        tb.asarray(_ArrayLike(a, accepts_copy=False), copy=False)
+    assert tb.asarray(_ArrayLike(a, accepts_copy=False)).tolist() == a.tolist()
+    with pytest.raises(TypeError, match=r"holds <U1 data.*strings have no tensor form"):
+        tb.asarray(_ArrayLike(np.array(["a"])))
+
+
+def test_numpy_arrays_dlpack_cannot_hold_are_refused_with_the_fix():
+    cases = {
+        "object": (np.array([1], dtype=object), r"astype\(float\)"),
+        "datetime64[s]": (np.zeros(2, dtype="M8[s]"), "raw ticks"),
+        "<U1": (np.array(["a"]), "strings"),
+        "[('a', '<f4')]": (np.zeros(2, dtype=[("a", "f4")]), "one field"),
+    }
+    for name, (array, fix) in cases.items():
+        with pytest.raises(
+            TypeError, match=rf"^asarray\(\): NumPy .* arrays have no DLPack.*{fix}"
+        ):
+            tb.asarray(array)
+        assert name == str(array.dtype)
+
+
+def test_byte_swapped_arrays_are_copied_to_native_order():
+    swapped = np.arange(3, dtype=">f4" if np.little_endian else "<f4")
+    t = tb.asarray(swapped)
+    assert t.dtype is tb.float32 and t.tolist() == [0.0, 1.0, 2.0]
+    assert t.data_ptr() != swapped.ctypes.data
+    with pytest.raises(ValueError, match="not in native byte order"):
+        tb.asarray(swapped, copy=False)
+
+
+def test_the_refusal_names_the_method_that_gives_an_array():
+    class Sparse:
+        def toarray(self):
+            return np.zeros(2)
+
+    with pytest.raises(TypeError, match=r"Sparse.toarray\(\) gives a dense NumPy array"):
+        tb.asarray(Sparse())
+
+
+@needs("pandas")
+def test_pandas_series_and_frames():
+    import pandas as pd
+
+    s = pd.Series([1.0, 2.0, 3.0])
+    t = tb.asarray(s, copy=False)
+    assert t.data_ptr() == s.to_numpy().ctypes.data  # shared
+    assert t.tolist() == [1.0, 2.0, 3.0]
+    df = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]})
+    assert tb.asarray(df).tolist() == [[1.0, 3.0], [2.0, 4.0]]  # one dtype: 2-D
+    with pytest.raises(TypeError, match=r"pandas\.Series holds object data"):
+        tb.asarray(pd.Series(["x", "y"]))
+    assert tb.convert(s, "numpy").tolist() == [1.0, 2.0, 3.0]

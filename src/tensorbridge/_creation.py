@@ -108,12 +108,20 @@ def asarray(
     target_device = None if device is None else as_device(device)
 
     fresh = False  # True when `tensor` is new memory nobody else sees
+    if type(obj) is not Tensor and not hasattr(type(obj), "__dlpack__"):
+        array_method = getattr(type(obj), "__array__", None)
+        if array_method is not None and not _core.has_buffer(obj):
+            # NumPy's protocol (pandas, polars, xarray...): the array it gives.
+            obj = _from_array_protocol(obj, copy)
+    if _is_plain_ndarray(obj):
+        obj, fresh = _numpy_ready(obj, copy)
     if type(obj) is Tensor:
         tensor = obj
     elif _is_ml_dtypes_array(obj):
         tensor = _from_ml_dtypes_array(obj)
     elif hasattr(type(obj), "__dlpack__") or _core.is_capsule(obj):
-        tensor, fresh = _from_dlpack_source(obj, target_device, copy)
+        tensor, copied = _from_dlpack_source(obj, target_device, copy)
+        fresh = fresh or copied
     elif isinstance(obj, (bool, int, float, complex)) or _is_numpy_scalar(obj):
         # (NumPy scalars also export the buffer protocol, read-only: they are
         # values, so they become new tensors like Python scalars.)
@@ -133,8 +141,8 @@ def asarray(
     else:
         raise TypeError(
             f"asarray(): cannot convert {type(obj).__module__}.{type(obj).__qualname__}; "
-            "expected a tensor, a DLPack object or capsule, a buffer, a scalar or a "
-            "(nested) sequence of numbers"
+            "expected a tensor, a DLPack object or capsule, a buffer, an object with "
+            f"__array__, a scalar or a (nested) sequence of numbers{_conversion_hint(obj)}"
         )
 
     if target_device is not None and tensor.device != target_device:
@@ -145,6 +153,18 @@ def asarray(
     if copy and not fresh:
         tensor = tensor.copy()
     return tensor
+
+
+def _conversion_hint(obj: Any) -> str:
+    """The method of obj that gives what asarray takes, said as the fix."""
+    for method, what in (
+        ("toarray", "a dense NumPy array (sparse data)"),
+        ("to_numpy", "a NumPy array"),
+        ("numpy", "a NumPy array"),
+    ):
+        if callable(getattr(obj, method, None)):
+            return f"; {type(obj).__name__}.{method}() gives {what}"
+    return ""
 
 
 def _refuse_copy_false(copy: bool | None, why: str) -> None:
@@ -185,6 +205,74 @@ def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None) -> t
             f"asarray(): copy=False, but {type(obj).__name__} can only export a copy"
         ) from exc
     return tensor, copy is True
+
+
+def _from_array_protocol(obj: Any, copy: bool | None) -> Any:
+    """obj.__array__(), NumPy's protocol, asked not to copy when copy=False."""
+    name = f"{type(obj).__module__.split('.')[0]}.{type(obj).__qualname__}"
+    try:
+        array = obj.__array__(copy=False) if copy is False else obj.__array__()
+    except TypeError:
+        if copy is False:
+            raise ValueError(
+                f"asarray(): copy=False, but {name}.__array__ cannot be asked not to copy "
+                "(it predates NumPy 2's copy keyword)"
+            ) from None
+        raise
+    except ValueError as exc:
+        if copy is False:
+            raise ValueError(f"asarray(): copy=False, but {name} can only give a copy") from exc
+        raise
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(array, numpy.ndarray):
+        raise TypeError(
+            f"asarray(): {name}.__array__() returned {type(array).__name__}, not a NumPy array"
+        )
+    if array.dtype.kind not in _DLPACK_KINDS and not _is_ml_dtypes_array(array):
+        raise TypeError(
+            f"asarray(): {name} holds {array.dtype} data, which DLPack cannot hold; "
+            f"{_dtype_fix(array.dtype)}"
+        )
+    return array
+
+
+_DLPACK_KINDS = "biufc"
+
+
+def _dtype_fix(dtype: Any) -> str:
+    """What to do with NumPy data of a dtype DLPack has no equivalent of."""
+    kind = dtype.kind
+    if kind in "Mm":
+        return "convert it to numbers first, e.g. .astype('int64') for the raw ticks"
+    if kind in "US":
+        return "strings have no tensor form: encode them as numbers first"
+    if kind == "O":
+        return "if the objects are numbers, convert first, e.g. .astype(float)"
+    if dtype.names:
+        return "take one field, e.g. array['name'], or a view of one numeric type"
+    return "convert it to a bool, integer, float or complex dtype first"
+
+
+def _is_plain_ndarray(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(obj, numpy.ndarray) and not _is_ml_dtypes_array(obj)
+
+
+def _numpy_ready(array: Any, copy: bool | None) -> tuple[Any, bool]:
+    """A NumPy array DLPack can export: refused with the fix for dtypes it has no
+    equivalent of; byte-swapped data copied to native order (True: a copy)."""
+    dtype = array.dtype
+    if dtype.kind not in _DLPACK_KINDS:
+        raise TypeError(
+            f"asarray(): NumPy {dtype} arrays have no DLPack equivalent (DLPack holds "
+            f"bool, integer, float and complex numbers); {_dtype_fix(dtype)}"
+        )
+    if not dtype.isnative:
+        _refuse_copy_false(
+            copy, f"{dtype.str} data is not in native byte order (a byte-swapped copy)"
+        )
+        return array.astype(dtype.newbyteorder("=")), True
+    return array, False
 
 
 def _is_numpy_scalar(obj: Any) -> bool:
