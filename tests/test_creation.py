@@ -406,7 +406,7 @@ def test_objects_with_array_are_read_through_it_without_a_copy():
     with pytest.raises(ValueError, match="cannot be asked not to copy"):
         tb.asarray(_ArrayLike(a, accepts_copy=False), copy=False)
     assert tb.asarray(_ArrayLike(a, accepts_copy=False)).tolist() == a.tolist()
-    with pytest.raises(TypeError, match=r"holds <U1 data.*strings have no tensor form"):
+    with pytest.raises(BufferError, match=r"holds <U1 data.*strings have no tensor form"):
         tb.asarray(_ArrayLike(np.array(["a"])))
 
 
@@ -419,7 +419,7 @@ def test_numpy_arrays_dlpack_cannot_hold_are_refused_with_the_fix():
     }
     for name, (array, fix) in cases.items():
         with pytest.raises(
-            TypeError, match=rf"^asarray\(\): NumPy .* arrays have no DLPack.*{fix}"
+            BufferError, match=rf"^asarray\(\): NumPy .* arrays have no DLPack.*{fix}"
         ):
             tb.asarray(array)
         assert name == str(array.dtype)
@@ -453,6 +453,21 @@ def test_pandas_series_and_frames():
     assert t.tolist() == [1.0, 2.0, 3.0]
     df = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]})
     assert tb.asarray(df).tolist() == [[1.0, 3.0], [2.0, 4.0]]  # one dtype: 2-D
-    with pytest.raises(TypeError, match=r"pandas\.Series holds object data"):
+    with pytest.raises(BufferError, match=r"pandas\.Series holds object data"):
         tb.asarray(pd.Series(["x", "y"]))
     assert tb.convert(s, "numpy").tolist() == [1.0, 2.0, 3.0]
+
+
+@needs("pyarrow")
+def test_arrow_arrays_asarray_cannot_take_say_why_and_what_to_do():
+    import pyarrow as pa
+
+    with pytest.raises(BufferError, match=r"with 2 nulls has no tensor form.*fill_null"):
+        tb.asarray(pa.array([1.0, None, None]))
+    with pytest.raises(BufferError, match=r"with 1 null .*drop_null"):
+        tb.convert(pa.array([1.0, None]), "numpy")  # (convert reads through asarray)
+    with pytest.raises(BufferError, match=r"pyarrow string arrays have no DLPack equivalent"):
+        tb.asarray(pa.array(["x"]))
+    assert tb.asarray(pa.array([True, False])).tolist() == [True, False]  # unpacked
+    with pytest.raises(ValueError, match="bit-packed"):
+        tb.asarray(pa.array([True]), copy=False)

@@ -185,6 +185,17 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
 
 def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None) -> tuple[Tensor, bool]:
     """Import a DLPack object or capsule, asking the producer for device moves."""
+    if type(obj).__module__.partition(".")[0] == "pyarrow":
+        from tensorbridge._frameworks import framework_of  # (not at import: it is larger)
+
+        owner = framework_of(obj)
+        problem = None if owner is None else owner.export_problem(obj)
+        if problem is not None:
+            raise BufferError(f"asarray(): {problem}")
+        if str(getattr(obj, "type", "")) == "bool":
+            _refuse_copy_false(copy, "Arrow booleans are bit-packed; they are unpacked (a copy)")
+            unpacked = obj.to_numpy(zero_copy_only=False)
+            return from_dlpack(unpacked, device=device), True
     torch_quirks = _torch_quirks()
     if torch_quirks is not None and torch_quirks.has_view_bits(obj):
         # Its memory holds other values than it shows: only a resolved copy is right.
@@ -229,7 +240,7 @@ def _from_array_protocol(obj: Any, copy: bool | None) -> Any:
             f"asarray(): {name}.__array__() returned {type(array).__name__}, not a NumPy array"
         )
     if array.dtype.kind not in _DLPACK_KINDS and not _is_ml_dtypes_array(array):
-        raise TypeError(
+        raise BufferError(
             f"asarray(): {name} holds {array.dtype} data, which DLPack cannot hold; "
             f"{_dtype_fix(array.dtype)}"
         )
@@ -263,7 +274,7 @@ def _numpy_ready(array: Any, copy: bool | None) -> tuple[Any, bool]:
     equivalent of; byte-swapped data copied to native order (True: a copy)."""
     dtype = array.dtype
     if dtype.kind not in _DLPACK_KINDS:
-        raise TypeError(
+        raise BufferError(
             f"asarray(): NumPy {dtype} arrays have no DLPack equivalent (DLPack holds "
             f"bool, integer, float and complex numbers); {_dtype_fix(dtype)}"
         )

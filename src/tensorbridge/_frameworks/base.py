@@ -361,6 +361,12 @@ class Framework:
         raise ValueError(f"requires_grad=True: {cls.name} has no autograd")
 
     @classmethod
+    def export_problem(cls, obj: Any) -> str | None:
+        """Why one of its arrays cannot be exported over DLPack, and what to do (its
+        own error says less), or None."""
+        return None
+
+    @classmethod
     def owns(cls, obj: Any) -> bool:
         """Whether obj is one of its own arrays (an instance of `own_types`; no
         module is imported: an array of a framework means it is loaded)."""

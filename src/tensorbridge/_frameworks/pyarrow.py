@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -84,6 +85,31 @@ class PyarrowFramework(Framework):
             must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
             obj = obj.to_numpy(zero_copy_only=False)
         return obj
+
+    @classmethod
+    def export_problem(cls, obj: Any) -> str | None:
+        kind = type(obj).__name__
+        nulls = getattr(obj, "null_count", 0)
+        if nulls:
+            return (
+                f"a pyarrow {kind} with {nulls} null{'s' if nulls > 1 else ''} has no tensor "
+                "form (DLPack cannot mark missing values): fill them first "
+                "(pyarrow.compute.fill_null(array, value)) or drop them (array.drop_null())"
+            )
+        pa = sys.modules.get("pyarrow")
+        arrow_type = getattr(obj, "type", None)
+        if pa is not None and isinstance(arrow_type, pa.DataType):
+            numeric = (
+                pa.types.is_boolean(arrow_type)
+                or pa.types.is_integer(arrow_type)
+                or pa.types.is_floating(arrow_type)
+            )
+            if not numeric:
+                return (
+                    f"pyarrow {arrow_type} arrays have no DLPack equivalent (DLPack holds "
+                    "numbers): cast them to a numeric type first (array.cast(...))"
+                )
+        return None
 
     @classmethod
     def reads_in_c(cls, tp: type) -> bool:
