@@ -99,6 +99,31 @@ def test_unknown_framework_is_an_error():
     assert result.returncode == 2 and "unknown framework(s) caffe" in result.stderr
 
 
+def test_frameworks_take_the_names_convert_takes_and_report_what_is_missing():
+    result = cli("--frameworks", "np,paddle,cupy", "--no-timing", only_numpy=True)
+    assert result.returncode == 1, result.stderr  # the matrix, but not all of it
+    assert "paddle is not installed here (pip install paddlepaddle); left out" in result.stderr
+    assert "cupy is left out: it needs a GPU" in result.stderr
+    frameworks = next(line for line in result.stdout.splitlines() if line.startswith("frameworks:"))
+    assert frameworks.split(":")[1].split()[0] == "numpy"
+
+
+def test_conflicting_outputs_are_refused():
+    result = cli("--json", "--markdown")
+    assert result.returncode == 2 and "not allowed with argument" in result.stderr
+
+
+def test_a_closed_pipe_ends_quietly():
+    command = (
+        f'"{sys.executable}" -m tensorbridge --frameworks numpy --no-timing --dtypes | head -1'
+    )
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=600
+    )
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+
+
 def test_version():
     result = cli("--version")
     assert result.stdout.startswith("tensorbridge ") and "(DLPack 1.3)" in result.stdout

@@ -26,19 +26,30 @@ __all__ = ["main", "run_matrix"]
 def run_matrix(args: argparse.Namespace) -> int:
     """The interoperability matrix, as the parsed arguments ask."""
     from tensorbridge._cli import markdown, matrix
+    from tensorbridge._frameworks import ALIASES, FRAMEWORKS
 
     started = time.perf_counter()
     wanted = None
+    status = 0
     if args.frameworks:
-        wanted = [n.strip() for n in args.frameworks.split(",") if n.strip()]
-        unknown = sorted(set(wanted) - set(matrix.ORDER))
+        given = [n.strip() for n in args.frameworks.split(",") if n.strip()]
+        # The names convert takes, aliases included ("pytorch", "np", "jnp"...).
+        wanted = [ALIASES.get(n, n) for n in given]
+        unknown = sorted(g for g, n in zip(given, wanted, strict=True) if n not in FRAMEWORKS)
         if unknown:
             print(
                 f"tensorbridge: unknown framework(s) {', '.join(unknown)}; known: "
-                f"{', '.join(matrix.ORDER)}",
+                f"{', '.join(FRAMEWORKS)} (and their aliases: {', '.join(sorted(ALIASES))})",
                 file=sys.stderr,
             )
             return 2
+        for name in [n for n in wanted if n not in matrix.ORDER]:
+            print(
+                f"tensorbridge: {name} is left out: it needs a GPU, and this matrix "
+                "runs on the CPU",
+                file=sys.stderr,
+            )
+            status = 1
         if "tensorbridge" not in wanted:
             wanted.append("tensorbridge")
         wanted = [n for n in matrix.ORDER if n in wanted]
@@ -47,6 +58,17 @@ def run_matrix(args: argparse.Namespace) -> int:
     names = list(versions)
     for name, reason in skipped.items():
         print(f"tensorbridge: skipped {name}: {reason}", file=sys.stderr)
+    if wanted is not None:
+        for name in wanted:
+            if name not in versions and name not in skipped:
+                print(
+                    f"tensorbridge: {name} is not installed here (pip install "
+                    f"{FRAMEWORKS[name].distribution or name}); left out",
+                    file=sys.stderr,
+                )
+                status = 1
+        if skipped:
+            status = 1
     results = matrix.exchange_matrix(names, timing=not args.no_timing)
     sweep = matrix.dtype_sweep(names)  # the coverage row needs it in every format
     untested = matrix.sweep_dtypes()[1]
@@ -62,7 +84,7 @@ def run_matrix(args: argparse.Namespace) -> int:
             untested=untested,
         )
         print(json.dumps(data, indent=2, ensure_ascii=False))
-        return 0
+        return status
     print(
         markdown.report(
             versions=versions,
@@ -74,7 +96,7 @@ def run_matrix(args: argparse.Namespace) -> int:
             dtypes=args.dtypes,
         )
     )
-    return 0
+    return status
 
 
 def _inspect(argv: list[str]) -> int:
@@ -105,23 +127,36 @@ def main(argv: list[str] | None = None) -> int:
         "Also: tensorbridge inspect EXPR.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--dtypes", action="store_true", help="add the per-dtype sweep")
-    parser.add_argument(
+    output.add_argument(
         "--markdown",
         action="store_true",
         help="docs/compatibility.md: the matrix and every quirk handled",
     )
     parser.add_argument("--no-timing", action="store_true", help="skip the per-exchange timing")
     parser.add_argument(
-        "--frameworks", metavar="A,B", help="only these frameworks (default: every one installed)"
+        "--frameworks",
+        metavar="A,B",
+        help="only these frameworks, by the names convert takes (default: every one "
+        "installed); exit status 1 when one is not installed",
     )
     args = parser.parse_args(argv)
-    if args.version:
-        from tensorbridge._core import DLPACK_VERSION
-        from tensorbridge._version import __version__
+    try:
+        if args.version:
+            from tensorbridge._core import DLPACK_VERSION
+            from tensorbridge._version import __version__
 
-        major, minor = DLPACK_VERSION
-        print(f"tensorbridge {__version__} (DLPack {major}.{minor})")
-        return 0
-    return run_matrix(args)
+            major, minor = DLPACK_VERSION
+            print(f"tensorbridge {__version__} (DLPack {major}.{minor})")
+            return 0
+        status = run_matrix(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader went away (`tensorbridge | head`): nothing more to say. Python
+        # flushes stdout again at exit, so it is pointed at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
