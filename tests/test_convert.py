@@ -193,3 +193,26 @@ def test_autograd_is_kept_as_torch_asarray_keeps_it():
     assert tb.convert(np.ones(2), "torch", requires_grad=True).requires_grad
     # From torch into another framework: detached, as before.
     assert tb.convert(y, "numpy").tolist() == [2.0, 2.0, 2.0]
+
+
+@needs("pyarrow")
+def test_explain_agrees_for_own_arrays_dlpack_cannot_export():
+    import pyarrow as pa
+
+    for arr in (pa.array(["x", "y"]), pa.array([1.0, None])):
+        assert tb.convert(arr, "pyarrow") is arr
+        plan = tb.explain(arr, "pyarrow")
+        assert plan.shares_memory and plan.shape == (2,)
+    strings = np.array(["a"])
+    assert tb.convert(strings, "numpy") is strings
+    assert tb.explain(strings, "numpy").shares_memory
+
+
+@needs("torch")
+def test_requires_grad_on_a_tensor_that_cannot_is_refused_by_both():
+    import torch
+
+    ints = torch.ones(2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="floating-point"):
+        tb.convert(ints, "torch", requires_grad=True)
+    assert not ints.requires_grad

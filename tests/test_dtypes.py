@@ -115,3 +115,38 @@ def test_dask_arrays_from_tensors():
     assert x.sum().compute() == 15.0
     y = da.asarray(t)
     assert y.dtype == tb.float64 and y.compute().tolist() == t.tolist()
+
+
+def test_arrays_and_values_are_not_dtypes():
+    # np.dtype(x) reads x.dtype: equality must not (an array of float32 is not float32).
+    # (the array answers, element by element, as it would for a NumPy dtype)
+    assert not np.any(tb.float32 == np.zeros(2, dtype=np.float32))
+    assert (tb.float32 == np.float32(1.0)) is False
+    assert tb.float32 != b"float32" and tb.float32 != None  # noqa: E711
+
+    class Broken:
+        shape = ()
+
+        @property
+        def dtype(self):
+            raise RuntimeError("deleted")
+
+    assert tb.float32 != Broken()  # (its error does not escape ==)
+
+
+@needs("paddle")
+def test_a_dtype_equals_paddle_s():
+    import paddle
+
+    from tensorbridge._dtypes import as_dtype
+
+    assert tb.float32 == paddle.float32 and as_dtype(paddle.int64) is tb.int64
+
+
+def test_dtype_attribute_probes_see_no_attribute_without_its_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # as if not installed
+    assert not hasattr(tb.bfloat16, "dtype")
+    with pytest.raises(TypeError, match="pip install"):
+        tb.bfloat16.dtype  # noqa: B018

@@ -504,9 +504,12 @@ def _itself(
             return False
     if requires_grad is None or bool(requires_grad) == framework.requires_grad_of(obj):
         return True
-    if requires_grad is True and framework.autograd:
+    if requires_grad and framework.autograd and framework.can_require_grad(obj):
         return "set"
-    return False  # False on a tensor that requires grad: a detached alias
+    # False on a tensor that requires grad: a detached alias (torch.asarray clears the
+    # flag of a leaf in place; tensorbridge leaves the caller's tensor as it was). True
+    # on a tensor that cannot require grad: the planner says why.
+    return False
 
 
 # --------------------------------------------------------------------------
@@ -607,21 +610,20 @@ def explain(
     options = dtype is not None or device is not None or copy is not None
     options = options or requires_grad is not None or readonly != "share"
     itself = _itself(obj, framework, dtype, device, copy, requires_grad, readonly)
-    # (what it is, for the plan's description: read as copy=None reads it, since
-    # nothing is copied when the result is the source itself)
-    source = _read_source(obj, None if itself else copy, consume=False, target=framework)
     if itself:
-        t = source.tensor
+        # Described from its own metadata: it is not read (convert returns even what
+        # DLPack could not export, such as strings, nulls or JAX tracers).
         notes = ["requires_grad is set on it, in place (as torch.asarray does)"]
+        shape = getattr(obj, "shape", None)
         plan = Plan(
-            source=_describe(source.kind, t),
+            source=f"{type(obj).__module__.split('.')[0]}.{type(obj).__qualname__}",
             target=framework.name,
             path=f"the source itself: already a {framework.name} array, with nothing to change",
             shares_memory=True,
             copies=[],
             notes=notes if itself == "set" else [],
             dtype=framework.dtype_name(obj),
-            shape=tuple(t.shape),
+            shape=tuple(shape) if shape is not None else (len(obj),),
             _framework=framework,
         )
         plan.route = (
@@ -630,6 +632,7 @@ def explain(
             else "in C after the first call: the source itself"
         )
         return plan
+    source = _read_source(obj, copy, consume=False, target=framework)
     plan = _make_plan(source, framework, dtype, device, copy, bool(requires_grad), readonly)
     plan.route = _route_text(obj, framework, plan, source.tensor, options)
     return plan

@@ -57,15 +57,20 @@ def _numpy_ops() -> Any:
 
 def _is_byte_container(obj: Any) -> bool:
     """Whether obj's buffer is raw bytes with no element type of their own: bytes,
-    bytearray, mmap, and memoryviews of those (not array.array('B'), whose format
-    says uint8)."""
+    bytearray, mmap, io.BytesIO (and subclasses), and memoryviews of those (not
+    array.array('B'), whose format says uint8)."""
     while type(obj) is memoryview:
         base = getattr(obj, "obj", None)  # (None: a view of C memory, no exporter)
         if base is None:
             return True
         obj = base
-    tp = type(obj)
-    return tp in (bytes, bytearray) or (tp.__module__ == "mmap" and tp.__name__ == "mmap")
+    if isinstance(obj, (bytes, bytearray)):
+        return True
+    mmap = sys.modules.get("mmap")
+    io = sys.modules.get("io")
+    return (mmap is not None and isinstance(obj, mmap.mmap)) or (
+        io is not None and isinstance(obj, io.BytesIO)  # (its getbuffer() views)
+    )
 
 
 def asarray(

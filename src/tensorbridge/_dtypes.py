@@ -69,13 +69,13 @@ class DType:
             return self is other
         if isinstance(other, str):
             return other == self.name
-        if other is None:
-            return False  # (np.dtype(None) is float64; a DType is never None)
+        if not _is_dtype_like(other):
+            return NotImplemented  # arrays, values, None...: not a type
         # The same type spelt by NumPy or a framework: np.float32, np.dtype("float32"),
         # torch.float32, float (float64, as NumPy reads it)...
         try:
             return as_dtype(other) is self
-        except TypeError:
+        except Exception:
             return NotImplemented
 
     @property
@@ -83,13 +83,14 @@ class DType:
         """This type as a NumPy dtype (ml_dtypes' for bfloat16 and the float8/6/4
         types), so that ``np.dtype(tb.float32)`` and libraries that read a ``dtype``
         attribute (Dask) understand tensorbridge dtypes. Imports NumPy."""
-        from tensorbridge._numpy import numpy_dtype
-
         try:
+            from tensorbridge._numpy import numpy_dtype
+
             return numpy_dtype(self)
         except ImportError as exc:
-            raise TypeError(
-                f"{self.name} has no NumPy dtype without ml_dtypes: pip install ml-dtypes"
+            # (an AttributeError too: duck-typing probes see "no such attribute")
+            raise _NoNumpyDType(
+                f"{self.name} has no NumPy dtype here: {exc}; pip install numpy ml-dtypes"
             ) from exc
 
     def __ne__(self, other: object) -> bool:
@@ -197,6 +198,26 @@ def default_complex() -> DType:
 _FRAMEWORK_MODULES = ("torch", "paddle", "mlx", "tensorflow", "jax", "jaxlib")
 
 
+class _NoNumpyDType(AttributeError, TypeError):
+    """DType.dtype without NumPy (or ml_dtypes for its types)."""
+
+
+def _is_dtype_like(obj: Any) -> bool:
+    """Whether obj is a type's spelling (a class such as np.float32 or float, a NumPy
+    dtype, a framework's dtype object), not an array or a value that has a dtype."""
+    if obj is None or isinstance(obj, (str, bytes)):
+        return False
+    if isinstance(obj, type):
+        return True
+    if hasattr(obj, "shape"):
+        return False  # an array (np.dtype(array) would read its .dtype)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(obj, numpy.dtype):
+        return True
+    module = getattr(type(obj), "__module__", "") or ""
+    return module.split(".")[0] in _FRAMEWORK_MODULES
+
+
 def as_dtype(obj: Any) -> DType:
     """Resolve a dtype argument: a DType, its name, a Python type (as NumPy and
     PyTorch read them: ``bool``, ``int`` int64, ``float`` float64, ``complex``
@@ -225,7 +246,8 @@ def as_dtype(obj: Any) -> DType:
             name = getattr(obj, "name", None)
             if not isinstance(name, str):
                 name = str(obj).rsplit(".", 1)[-1]
-            found = DTYPES.get(name)
+            # (Paddle's names are upper case: paddle.float32.name == "FLOAT32")
+            found = DTYPES.get(name) or DTYPES.get(name.lower())
             if found is not None:
                 return found
             raise TypeError(f"dtype {obj!r} has no DLPack equivalent")

@@ -74,7 +74,8 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
         state (it is returned itself); anything else becomes a tensor that does not
         require grad. ``True``: a PyTorch leaf tensor that requires grad (PaddlePaddle:
         ``stop_gradient=False``); on a tensor of the target's own it is set in place.
-        ``False``: a tensor that requires grad gives a detached alias. ValueError for
+        ``False``: a tensor that requires grad gives a detached alias (torch.asarray
+        clears a leaf's flag in place; the caller's tensor is left as it is). ValueError for
         ``True`` with targets without autograd.
     readonly : {"share", "copy"}
         Read-only data (a read-only NumPy array, JAX and Arrow arrays...) for a target

@@ -382,6 +382,11 @@ class Framework:
         """Whether one of its arrays is recorded by autograd."""
         return False
 
+    @classmethod
+    def can_require_grad(cls, obj: Any) -> bool:
+        """Whether requires_grad can be set on one of its arrays in place."""
+        return cls.autograd
+
 
 # --------------------------------------------------------------------------
 # Layout helpers the frameworks share

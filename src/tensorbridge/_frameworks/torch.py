@@ -129,3 +129,7 @@ class TorchFramework(Framework):
     @classmethod
     def requires_grad_of(cls, obj: Any) -> bool:
         return bool(obj.requires_grad)
+
+    @classmethod
+    def can_require_grad(cls, obj: Any) -> bool:
+        return bool(obj.is_floating_point() or obj.is_complex()) and obj.is_leaf
