@@ -80,10 +80,13 @@ def asarray(
 
     Accepted, in this order: a Tensor; an object with ``__dlpack__``; a DLPack
     capsule (consumed); a buffer-protocol object (the bytes of ``bytes``,
-    ``bytearray``, ``mmap`` and their memoryviews are reinterpreted as ``dtype``, by
-    default the default float dtype; typed buffers such as ``array.array`` keep their
-    type and shape); a Python or NumPy scalar; a (nested) sequence of those, of 0-d
-    tensors or of DLPack objects.
+    ``bytearray``, ``mmap``, ``io.BytesIO`` and their memoryviews are reinterpreted
+    as ``dtype``, by default the default float dtype; typed buffers such as
+    ``array.array`` keep their type and shape); an object with NumPy's
+    ``__array__`` (pandas, polars...); a Python or NumPy scalar; a (nested) sequence
+    of those (or a ``range``), of 0-d tensors or of DLPack objects. NumPy arrays in
+    the other byte order are copied to native order; data DLPack cannot hold
+    (strings, objects, datetimes, Arrow nulls) is refused with what to do.
 
     Parameters
     ----------
@@ -228,13 +231,13 @@ def _from_array_protocol(obj: Any, copy: bool | None) -> Any:
     name = f"{type(obj).__module__.split('.')[0]}.{type(obj).__qualname__}"
     try:
         array = obj.__array__(copy=False) if copy is False else obj.__array__()
-    except TypeError:
+    except TypeError as exc:
         if copy is False:
             raise ValueError(
                 f"asarray(): copy=False, but {name}.__array__ cannot be asked not to copy "
                 "(it predates NumPy 2's copy keyword)"
             ) from None
-        raise
+        raise TypeError(f"asarray(): {name}.__array__() raised: {exc}") from exc
     except ValueError as exc:
         if copy is False:
             raise ValueError(f"asarray(): copy=False, but {name} can only give a copy") from exc
