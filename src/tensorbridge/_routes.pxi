@@ -438,12 +438,7 @@ cdef class FastTarget:
         finally:
             capsule = None
         _keep_immutable(t, type_flags)
-        verdict = self.takes(t)
-        if verdict == TAKES_NO:
-            return _Read(t)
-        if verdict == TAKES_COPY:
-            t = _copy_contiguous(t)
-        return self.make(t)
+        return self._make_read(t, True)
 
     cdef object _read_and_make(self, int read, object obj):
         cdef Tensor t
@@ -489,11 +484,16 @@ cdef class FastTarget:
             return None
         if t is None:
             return None
-        verdict = self.takes(t)
+        return self._make_read(t, read == ROUTE_PROTOCOL)
+
+    cdef object _make_read(self, Tensor t, bint from_producer):
+        """The target's object for t, read by a route: made as it is, or from a
+        C-contiguous copy when it is only misaligned; else the planner decides, and
+        gets t when it came from a producer (which may hand out one capsule, and
+        asking twice costs twice)."""
+        cdef int verdict = self.takes(t)
         if verdict == TAKES_NO:
-            # The planner gets what was read: a producer may hand out one capsule,
-            # and asking twice costs twice.
-            return _Read(t) if read == ROUTE_PROTOCOL else None
+            return _Read(t) if from_producer else None
         if verdict == TAKES_COPY:
             t = _copy_contiguous(t)     # what the planner copies: same memory kind
         return self.make(t)
