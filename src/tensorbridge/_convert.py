@@ -626,11 +626,7 @@ def explain(
             shape=tuple(shape) if shape is not None else (len(obj),),
             _framework=framework,
         )
-        plan.route = (
-            "planned on every call (an option is given)"
-            if options
-            else "in C after the first call: the source itself"
-        )
+        plan.route = _route_text(obj, framework, plan, None, options)
         return plan
     source = _read_source(obj, copy, consume=False, target=framework)
     plan = _make_plan(source, framework, dtype, device, copy, bool(requires_grad), readonly)
