@@ -194,16 +194,25 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
 def _from_dlpack_source(obj: Any, device: Device | None, copy: bool | None) -> tuple[Tensor, bool]:
     """Import a DLPack object or capsule, asking the producer for device moves."""
     if type(obj).__module__.partition(".")[0] == "pyarrow":
+        # PyArrow's export refuses some of its own arrays (nulls, strings, bit-packed
+        # booleans) and says little: its framework says why, and unpacks booleans as
+        # convert does (other frameworks' exports are read as they are).
         from tensorbridge._frameworks import framework_of  # (not at import: it is larger)
 
         owner = framework_of(obj)
-        problem = None if owner is None else owner.export_problem(obj)
-        if problem is not None:
-            raise BufferError(f"asarray(): {problem}")
-        if str(getattr(obj, "type", "")) == "bool":
-            _refuse_copy_false(copy, "Arrow booleans are bit-packed; they are unpacked (a copy)")
-            unpacked = obj.to_numpy(zero_copy_only=False)
-            return from_dlpack(unpacked, device=device), True
+        if owner is not None:
+            problem = owner.export_problem(obj)
+            if problem is not None:
+                raise BufferError(f"asarray(): {problem}")
+            copies: list[str] = []
+
+            def must_copy(why: str) -> None:
+                _refuse_copy_false(copy, why)
+                copies.append(why)
+
+            obj = owner.prepare_source(obj, must_copy, [])
+            if copies:
+                return from_dlpack(obj, device=device), True
     torch_quirks = _torch_quirks()
     if torch_quirks is not None and torch_quirks.has_view_bits(obj):
         # Its memory holds other values than it shows: only a resolved copy is right.
