@@ -41,7 +41,7 @@ from tensorbridge._frameworks import FRAMEWORKS, MODULE_NAMES
 __all__ = ["OPTIONAL", "check_marks", "framework", "import_paddle_first", "module_name", "needs"]
 
 #: Optional packages the tests use that are not bridge targets (``dlpack``: pydlpack).
-OPTIONAL = frozenset({"ml_dtypes", "dlpack", "dask", "pandas"})
+OPTIONAL = frozenset({"ml_dtypes", "dlpack", "dask", "distributed", "pandas", "polars", "ray"})
 
 #: Top-level module names a name may start with.
 _ROOTS = frozenset(m for f in FRAMEWORKS.values() for m in f.modules) | OPTIONAL

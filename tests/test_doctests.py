@@ -155,9 +155,18 @@ def _param(test: doctest.DocTest) -> object:
     return pytest.param(test, id=test.name, marks=marks)
 
 
-MODULE_DOCTESTS = [
-    t for name in module_names() for t in module_doctests(importlib.import_module(name))
-]
+def _once(tests: list[doctest.DocTest]) -> list[doctest.DocTest]:
+    """Each list of examples once across modules: the public functions say they are
+    tensorbridge's (``__module__``), so the package's module finds them too."""
+    unique: dict[tuple[tuple[str, str], ...], doctest.DocTest] = {}
+    for test in tests:
+        unique.setdefault(tuple((e.source, e.want) for e in test.examples), test)
+    return list(unique.values())
+
+
+MODULE_DOCTESTS = _once(
+    [t for name in module_names() for t in module_doctests(importlib.import_module(name))]
+)
 DOCUMENT_DOCTESTS = [t for path in DOCUMENTS for t in document_doctests(path)]
 
 

@@ -37,13 +37,28 @@ _core.register_fallbacks(
 )
 
 
+# The public functions are documented as tensorbridge's (help(), pickling, Sphinx),
+# and the compiled asarray front door carries the Python layer's full docstring.
+_core.asarray.__doc__ = _creation.asarray.__doc__
+for _function in (asarray, convert, from_dlpack, to_dlpack, arange, empty, full, ones, zeros):
+    _function.__module__ = __name__
+for _function in (get_default_dtype, set_default_dtype):
+    _function.__module__ = __name__
+del _function
+
+
 def __getattr__(name: str):
     # explain and Plan need the planner (dataclasses, the framework table), which
-    # would double the import time; they are loaded on first use.
+    # would double the import time; they are loaded on first use, as is TargetName
+    # (typing's Literal costs import time too).
     if name in ("explain", "Plan"):
         from tensorbridge import _convert
 
         return getattr(_convert, name)
+    if name == "TargetName":
+        from tensorbridge._targets import TargetName
+
+        return TargetName
     raise AttributeError(f"module 'tensorbridge' has no attribute {name!r}")
 
 
@@ -58,6 +73,7 @@ __all__ = [
     "NotDLPackError",
     "Plan",
     "ProducerError",
+    "TargetName",
     "TensorbridgeError",
     "Device",
     "Tensor",

@@ -20,6 +20,7 @@ from tensorbridge._errors import (
     ProducerError,
     TensorbridgeError,
 )
+from tensorbridge._targets import TargetName
 
 __version__: str
 
@@ -60,6 +61,7 @@ __all__ = [
     "NotDLPackError",
     "Plan",
     "ProducerError",
+    "TargetName",
     "Tensor",
     "TensorbridgeError",
     "__version__",

@@ -16,14 +16,16 @@ import sys
 import types
 from typing import Any
 
-from tensorbridge import _core
+from tensorbridge import _core, _creation
 from tensorbridge._core import Tensor
 from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
 from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
+from tensorbridge._errors import said_by
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 from tensorbridge._frameworks.base import writable_view
+from tensorbridge._targets import TargetName
 
-__all__ = ["Plan", "convert_general", "explain"]
+__all__ = ["Plan", "TargetName", "convert_general", "explain"]
 
 
 # --------------------------------------------------------------------------
@@ -102,10 +104,28 @@ def _read_source(
         producer, stream = obj, target.current_stream(device)
         tensor = _core.from_dlpack(obj, stream=-1)
     else:
-        tensor = _core.asarray(obj) if read is None else read
+        api = "convert()" if consume else "explain()"
+        tensor = _read_plain(obj, api, must_copy) if read is None else read
     if framework is not None and framework.readonly == "immutable":
         notes.append(f"{framework.name} arrays are immutable: the data is treated as read-only")
     return _Source(_immutable(tensor, framework), kind, notes, copied, producer, stream)
+
+
+def _read_plain(obj: Any, api: str, must_copy: Any) -> Tensor:
+    """obj as asarray reads it, with the copies the Arrow interface makes reported to
+    must_copy (api: the function the user called, for messages)."""
+    if (
+        type(obj) is not Tensor
+        and not hasattr(type(obj), "__dlpack__")
+        and _creation.is_arrow_source(obj)
+    ):
+        arrow = _creation.from_arrow(obj, None, api)
+        if arrow is not None:
+            tensor, why = arrow
+            if why is not None:
+                must_copy(why)
+            return tensor
+    return _core.asarray(obj)  # (its errors are said as api's by the public door)
 
 
 def _immutable(tensor: Tensor, framework: type[Framework] | None) -> Tensor:
@@ -593,7 +613,7 @@ def _remember_route(obj: Any, to: str | types.ModuleType, framework: type[Framew
 def explain(
     obj: Any,
     /,
-    to: Any,
+    to: TargetName | types.ModuleType,
     *,
     dtype: Any = None,
     device: Any = None,
@@ -606,6 +626,22 @@ def explain(
     Nothing is converted and a capsule is not consumed; errors `convert` would raise
     about the request are raised here too.
     """
+    try:
+        return _explain(obj, to, dtype, device, copy, requires_grad, readonly)
+    except Exception as exc:
+        said_by(exc, "explain()")
+        raise
+
+
+def _explain(
+    obj: Any,
+    to: Any,
+    dtype: Any,
+    device: Any,
+    copy: bool | None,
+    requires_grad: bool | None,
+    readonly: str,
+) -> Plan:
     framework = resolve_target(to)
     options = dtype is not None or device is not None or copy is not None
     options = options or requires_grad is not None or readonly != "share"

@@ -15,11 +15,23 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import Any, Final, Literal, SupportsIndex, TypeAlias, final, overload
 
+# convert's return types: the frameworks are optional, so a missing one (or one
+# without type information) is Any, never an error in a user's type check.
+import array_api_strict._array_object  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import jax  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import mlx.core  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import paddle  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import pyarrow  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import tensorflow  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import torch  # type: ignore[import-not-found, import-untyped, unused-ignore]
+import tvm_ffi  # type: ignore[import-not-found, import-untyped, unused-ignore]
 from numpy.typing import NDArray
 from typing_extensions import CapsuleType
 
 from tensorbridge._devices import Device, DLDeviceType
 from tensorbridge._dtypes import DType
+from tensorbridge._targets import TargetName
 
 # What `dtype=` accepts (checked at run time by `_dtypes.as_dtype`): a DType, its name,
 # or a NumPy/ml_dtypes/framework dtype.
@@ -27,8 +39,9 @@ _DTypeLike: TypeAlias = object
 # What `device=` accepts (checked at run time by `_devices.as_device`): a Device,
 # "cpu" / "cuda:1", a (DLDeviceType, index) pair, or a framework's device object.
 _DeviceLike: TypeAlias = object
-# A framework for `convert`: its name ("torch", "numpy", ...) or its module.
-_Target: TypeAlias = str | ModuleType
+# A framework for `convert`: its name ("torch", "numpy", ...), an alias of one, or its
+# module (tensorbridge._targets.TargetName: a typo is a type error).
+_Target: TypeAlias = TargetName | ModuleType
 
 # -- constants ---------------------------------------------------------------
 
@@ -170,7 +183,7 @@ def asarray(
 def convert(
     obj: object,
     /,
-    to: Literal["numpy"],
+    to: Literal["numpy", "np"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -182,7 +195,115 @@ def convert(
 def convert(
     obj: object,
     /,
-    to: Literal["tensorbridge"],
+    to: Literal["torch", "pytorch"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> torch.Tensor: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["jax"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> jax.Array: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["paddle"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> paddle.Tensor: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["tensorflow", "tf"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> tensorflow.Tensor: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["mlx", "mx"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> mlx.core.array: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["cupy"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> cupy.ndarray: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["pyarrow", "pa"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> pyarrow.Array | pyarrow.Tensor: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["array_api_strict", "xp"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> array_api_strict._array_object.Array: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["tvm_ffi"],
+    *,
+    dtype: _DTypeLike | None = None,
+    device: _DeviceLike | None = None,
+    copy: bool | None = None,
+    requires_grad: bool | None = None,
+    readonly: Literal["share", "copy"] = "share",
+) -> tvm_ffi.Tensor: ...
+@overload
+def convert(
+    obj: object,
+    /,
+    to: Literal["tensorbridge", "tb"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -194,7 +315,7 @@ def convert(
 def convert(
     obj: object,
     /,
-    to: _Target,
+    to: ModuleType,
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -234,6 +355,10 @@ def export_release_depth() -> int: ...
 def has_buffer(obj: object) -> bool: ...
 def import_buffer(obj: object, raw_dtype: DType | None) -> Tensor: ...
 def as_bytes_view(t: Tensor) -> Tensor: ...
+def import_arrow_array(
+    schema_capsule: object, array_capsule: object
+) -> tuple[Tensor, bool] | None: ...
+def import_arrow_stream(stream_capsule: object, allow_copy: bool) -> tuple[Tensor, bool] | None: ...
 def reinterpret(raw: Tensor, dtype: DType, shape: tuple[int, ...], packed: bool) -> Tensor: ...
 def from_sequence(
     obj: object, dtype: DType | None, default_float: DType, default_complex: DType
@@ -273,7 +398,7 @@ class FastTarget:
     def asks_device_first(self, obj: object) -> bool: ...
     def uncarried(self, obj: object) -> bool: ...
 
-def set_fast_target(to: _Target, target: FastTarget) -> None: ...
+def set_fast_target(to: str | ModuleType, target: FastTarget) -> None: ...
 def clear_routes() -> None: ...
 def _route_constants() -> dict[str, int]: ...
 def _fast_convert(target: FastTarget, obj: object) -> Any: ...

@@ -37,6 +37,7 @@ include "_ownership.pxi"      # adopt, call deleters once, the deferral queue
 include "_alloc.pxi"          # allocation, strided copies, views
 include "_capsules.pxi"       # __dlpack__ arguments, consume, export, inspect
 include "_buffers.pxi"        # buffer protocol, PEP 3118 formats, NumPy arrays
+include "_arrow.pxi"          # the Arrow C data interface: arrays and streams in
 include "_sequences.pxi"      # nested Python sequences
 include "_quirks.pxi"         # producer quirks at C speed (PyTorch bit views)
 include "_exchange_api.pxi"   # the C exchange API: type cache, consumer, producer table

@@ -82,11 +82,16 @@ def asarray(
     capsule (consumed); a buffer-protocol object (the bytes of ``bytes``,
     ``bytearray``, ``mmap``, ``io.BytesIO`` and their memoryviews are reinterpreted
     as ``dtype``, by default the default float dtype; typed buffers such as
-    ``array.array`` keep their type and shape); an object with NumPy's
-    ``__array__`` (pandas, polars...); a Python or NumPy scalar; a (nested) sequence
-    of those (or a ``range``), of 0-d tensors or of DLPack objects. NumPy arrays in
-    the other byte order are copied to native order; data DLPack cannot hold
-    (strings, objects, datetimes, Arrow nulls) is refused with what to do.
+    ``array.array`` keep their type and shape); an object with the Arrow PyCapsule
+    interface (``__arrow_c_array__``, ``__arrow_c_stream__``: PyArrow chunked arrays
+    and table columns, polars Series, nanoarrow...), shared and read-only, with a
+    stream of several chunks joined (a copy) and bit-packed booleans unpacked (a
+    copy); an object with NumPy's ``__array__`` (pandas Series and DataFrames,
+    polars and PyArrow tables as 2-d arrays, xarray...); a Python or NumPy scalar; a
+    (nested) sequence of those (or a ``range``), of 0-d tensors or of DLPack
+    objects. NumPy arrays in the other byte order are copied to native order; data
+    DLPack cannot hold (strings, objects, datetimes, nulls) is refused with what to
+    do.
 
     Parameters
     ----------
@@ -117,10 +122,22 @@ def asarray(
 
     fresh = False  # True when `tensor` is new memory nobody else sees
     if type(obj) is not Tensor and not hasattr(type(obj), "__dlpack__"):
-        array_method = getattr(type(obj), "__array__", None)
-        if array_method is not None and not _core.has_buffer(obj):
-            # NumPy's protocol (pandas, polars, xarray...): the array it gives.
-            obj = _from_array_protocol(obj, copy)
+        if is_arrow_source(obj):
+            # The Arrow PyCapsule interface (PyArrow, polars, nanoarrow...): shared.
+            arrow = from_arrow(obj, copy)
+            if arrow is not None:
+                obj, why = arrow
+                fresh = why is not None
+        if type(obj) is not Tensor:
+            array_method = getattr(type(obj), "__array__", None)
+            if array_method is not None and not _core.has_buffer(obj):
+                # NumPy's protocol (pandas, polars DataFrames, xarray...): its array.
+                obj = _from_array_protocol(obj, copy)
+            elif is_arrow_source(obj):
+                raise TypeError(
+                    f"asarray(): {_type_name(obj)} is a table (its Arrow form is a struct "
+                    "of columns); take one column, or a 2-d array of it (.to_numpy())"
+                )
     if _is_plain_ndarray(obj):
         obj, fresh = _numpy_ready(obj, copy)
     if type(obj) is Tensor:
@@ -173,6 +190,57 @@ def _conversion_hint(obj: Any) -> str:
         if callable(getattr(obj, method, None)):
             return f"; {type(obj).__name__}.{method}() gives {what}"
     return ""
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__.partition('.')[0]}.{type(obj).__qualname__}"
+
+
+def is_arrow_source(obj: Any) -> bool:
+    """obj speaks the Arrow PyCapsule interface and is read through it: pandas
+    objects are not (their memory is NumPy's, which ``__array__`` shares; the Arrow
+    form turns NaN into nulls and imports PyArrow)."""
+    kind = type(obj)
+    return (
+        hasattr(kind, "__arrow_c_array__") or hasattr(kind, "__arrow_c_stream__")
+    ) and kind.__module__.partition(".")[0] != "pandas"
+
+
+def from_arrow(
+    obj: Any, copy: bool | None, api: str = "asarray()"
+) -> tuple[Tensor, str | None] | None:
+    """obj read through ``__arrow_c_array__`` or ``__arrow_c_stream__``: the tensor
+    and why it is a copy (None: shared, read-only), or None for a table (a struct
+    of columns), which is read another way. ``copy=False`` refuses a copy."""
+    name = _type_name(obj)
+    kind = type(obj)
+    try:
+        if hasattr(kind, "__arrow_c_array__"):
+            method = "__arrow_c_array__"
+            capsules = obj.__arrow_c_array__()
+            result = _core.import_arrow_array(*capsules)
+        else:
+            method = "__arrow_c_stream__"
+            result = _core.import_arrow_stream(obj.__arrow_c_stream__(), copy is not False)
+    except ValueError as exc:  # (copy=False and several chunks)
+        raise ValueError(f"{api}: {name}: {exc}") from None
+    except BufferError as exc:
+        raise BufferError(f"{api}: {name}: {exc}") from None
+    except Exception as exc:  # the producer's own failure
+        raise BufferError(f"{api}: {name}.{method}() raised {type(exc).__name__}: {exc}") from exc
+    if result is None:
+        return None
+    tensor, copied = result
+    why = None
+    if copied:
+        why = (
+            f"{name} holds bit-packed booleans, which are unpacked into new memory"
+            if tensor.dtype is DTYPES["bool"]
+            else f"{name} comes in several chunks, joined into new memory"
+        )
+        if copy is False:
+            raise ValueError(f"{api}: copy=False, but {why}")
+    return tensor, why
 
 
 def _refuse_copy_false(copy: bool | None, why: str) -> None:

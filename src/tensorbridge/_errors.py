@@ -22,7 +22,13 @@ TYPE_CHECKING = False  # typing costs import time; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ImportOrderError", "NotDLPackError", "ProducerError", "TensorbridgeError"]
+__all__ = [
+    "ImportOrderError",
+    "NotDLPackError",
+    "ProducerError",
+    "TensorbridgeError",
+    "said_by",
+]
 
 
 class TensorbridgeError(Exception):
@@ -151,3 +157,39 @@ def producer_error(exc: BaseException, message: str) -> BaseException:
         return exc
     new.__cause__ = exc
     return new
+
+
+#: The public functions whose names begin tensorbridge's messages.
+_OURS = frozenset({"asarray", "from_dlpack", "to_dlpack", "convert", "explain"})
+
+
+def said_by(exc: BaseException, api: str) -> BaseException:
+    """Make ``exc``'s message begin with ``api`` (``"convert()"``), the function the
+    user called: a message of another tensorbridge function (``asarray(): ...`` read
+    inside ``convert``) is renamed, any other (a framework's, Python's) prefixed.
+
+    In place, so the exception keeps its type, attributes, cause and traceback. An
+    exception whose message is not its one string argument is left as it is."""
+    if isinstance(exc, ProducerError):
+        message = exc._tb_message
+    elif len(exc.args) == 1 and isinstance(exc.args[0], str):
+        message = exc.args[0]
+    else:
+        return exc
+    head, colon, rest = message.partition("(): ")
+    if colon and head in _OURS:
+        if f"{head}()" == api:
+            return exc
+        message = f"{api}: {rest}"
+    else:
+        message = f"{api}: {message}"
+    if isinstance(exc, ProducerError):
+        exc._tb_message = message
+        return exc
+    before = exc.args
+    exc.args = (message,)
+    if isinstance(exc, ImportError):
+        exc.msg = message  # (what its __str__ shows)
+    if message not in str(exc):  # its __str__ is not its argument: leave it
+        exc.args = before
+    return exc

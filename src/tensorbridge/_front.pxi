@@ -22,6 +22,19 @@ cdef object _asarray_general = None
 cdef object _convert_general = None
 
 
+cdef object _said_by_function = None
+
+
+cdef int _said_by(object exc, str api) except -1:
+    """tensorbridge._errors.said_by: exc's message begun with api, in place."""
+    global _said_by_function
+    if _said_by_function is None:
+        from tensorbridge._errors import said_by
+        _said_by_function = said_by
+    _said_by_function(exc, api)
+    return 0
+
+
 def register_fallbacks(*, asarray, load_convert, load_numpy_ops):
     """Set the Python layer's entry points: ``asarray(obj, *, dtype, device, copy)``;
     ``load_convert()`` -> ``convert_general(obj, to, *, dtype, device, copy,
@@ -101,6 +114,14 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
     >>> tb.explain(a, "torch").shares_memory
     False
     """
+    try:
+        return _convert(obj, to, dtype, device, copy, requires_grad, readonly)
+    except Exception as exc:
+        _said_by(exc, "convert()")
+        raise
+
+
+cdef object _convert(obj, to, dtype, device, copy, requires_grad, readonly):
     global _convert_general
     cdef FastTarget target
     cdef int mode
@@ -129,10 +150,18 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     """Turn ``obj`` into a Tensor, sharing its memory whenever possible.
 
-    See :func:`tensorbridge._creation.asarray` for the full rules; this compiled
-    front door answers the common calls (a Tensor, a NumPy array, nothing else
-    asked) without entering the Python layer.
+    (tensorbridge/__init__.py gives this compiled front door the Python layer's
+    docstring, with the full rules; the front door answers the common calls, a
+    Tensor or a NumPy array with nothing else asked, without entering that layer.)
     """
+    try:
+        return _asarray(obj, dtype, device, copy)
+    except Exception as exc:
+        _said_by(exc, "asarray()")
+        raise
+
+
+cdef object _asarray(obj, dtype, device, copy):
     global _asarray_general
     cdef _ApiSlot* slot
     cdef Tensor fast

@@ -135,7 +135,7 @@ def _routes(consumer: type[Probe], name: str) -> dict[str, Callable[[Any], Any]]
         return consumer.native_from_dlpack(src)
 
     def through_convert(src: Any) -> Any:
-        return convert(src, name)
+        return convert(src, name)  # type: ignore[call-overload]  # (a name of the registry)
 
     return {"native": native, "convert": through_convert}
 

@@ -1,0 +1,312 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Arrow C data interface in (_arrow.pxi): arrays and streams read through the
+PyCapsule protocol, first from a producer written here with ctypes (so the struct
+rules and the release calls are checked without any Arrow library), then from
+PyArrow and polars as users hold them."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import pytest
+from needs import needs
+
+import tensorbridge as tb
+from tensorbridge import _core
+
+
+class ArrowSchema(ctypes.Structure):
+    pass
+
+
+class ArrowArray(ctypes.Structure):
+    pass
+
+
+class ArrowArrayStream(ctypes.Structure):
+    pass
+
+
+SCHEMA_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))
+ARRAY_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArray))
+GET_SCHEMA = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ArrowArrayStream), ctypes.POINTER(ArrowSchema)
+)
+GET_NEXT = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(ArrowArrayStream), ctypes.POINTER(ArrowArray)
+)
+LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(ArrowArrayStream))
+STREAM_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArrayStream))
+
+ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p),
+    ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p),
+    ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("children", ctypes.POINTER(ctypes.POINTER(ArrowSchema))),
+    ("dictionary", ctypes.POINTER(ArrowSchema)),
+    ("release", SCHEMA_RELEASE),
+    ("private_data", ctypes.c_void_p),
+]
+ArrowArray._fields_ = [
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.POINTER(ctypes.POINTER(ArrowArray))),
+    ("dictionary", ctypes.POINTER(ArrowArray)),
+    ("release", ARRAY_RELEASE),
+    ("private_data", ctypes.c_void_p),
+]
+ArrowArrayStream._fields_ = [
+    ("get_schema", GET_SCHEMA),
+    ("get_next", GET_NEXT),
+    ("get_last_error", LAST_ERROR),
+    ("release", STREAM_RELEASE),
+    ("private_data", ctypes.c_void_p),
+]
+
+# A prototype of our own (other tests set PyCapsule_New's argtypes on ctypes.pythonapi).
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
+
+
+class Producer:
+    """An Arrow producer of int32 data, one chunk per list given (a validity bitmap
+    when a value is None), recording every release call it receives. Capsules are
+    made without destructors: the producer keeps its structs, so what the consumer
+    releases is seen here (and the consumer must release exactly what it took)."""
+
+    def __init__(self, *chunks, fmt=b"i", offset=0, children=None, stream_error=None):
+        self.released = []  # what was released, in order: ("array", i) / ("schema",)
+        self.keep = []
+        self.fmt, self.offset = fmt, offset
+        self.chunks = [list(c) for c in chunks]
+        self.stream_error = stream_error
+        self._error = ctypes.create_string_buffer(stream_error or b"")
+        self._next = 0
+        self._release_array = ARRAY_RELEASE(self._on_array_release)
+        self._release_schema = SCHEMA_RELEASE(self._on_schema_release)
+
+    def _on_array_release(self, ptr):
+        self.released.append(("array", ptr.contents.private_data or 0))
+        ptr.contents.release = ARRAY_RELEASE()
+
+    def _on_schema_release(self, ptr):
+        self.released.append(("schema",))
+        ptr.contents.release = SCHEMA_RELEASE()
+
+    def schema(self, out=None):
+        s = out if out is not None else ArrowSchema()
+        s.format, s.name, s.metadata, s.flags, s.n_children = self.fmt, b"x", None, 0, 0
+        s.children, s.dictionary, s.private_data = None, None, None
+        s.release = self._release_schema
+        self.keep.append(s)
+        return s
+
+    def array(self, index, out=None):
+        values = self.chunks[index]
+        data = (ctypes.c_int32 * (len(values) + self.offset))(
+            *([0] * self.offset + [v or 0 for v in values])
+        )
+        buffers = (ctypes.c_void_p * 2)(None, ctypes.addressof(data))
+        nulls = sum(v is None for v in values)
+        if nulls:
+            bits = bytearray((len(values) + self.offset + 7) // 8)
+            for i, v in enumerate(values):
+                if v is not None:
+                    bits[(i + self.offset) >> 3] |= 1 << ((i + self.offset) & 7)
+            bitmap = (ctypes.c_uint8 * len(bits)).from_buffer(bits)
+            buffers[0] = ctypes.addressof(bitmap)
+            self.keep.append((bits, bitmap))
+        a = out if out is not None else ArrowArray()
+        a.length, a.null_count, a.offset = len(values), nulls, self.offset
+        a.n_buffers, a.n_children, a.buffers = 2, 0, buffers
+        a.children, a.dictionary = None, None
+        a.release, a.private_data = self._release_array, index + 1
+        self.keep.append((data, buffers, a))
+        return a
+
+    def __arrow_c_array__(self, requested_schema=None):
+        s, a = self.schema(), self.array(0)
+        return (
+            _capsule_new(ctypes.addressof(s), b"arrow_schema", None),
+            _capsule_new(ctypes.addressof(a), b"arrow_array", None),
+        )
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        self._callbacks = (
+            GET_SCHEMA(lambda _, out: (self.schema(out.contents), 0)[1]),
+            GET_NEXT(self._get_next),
+            LAST_ERROR(lambda _: ctypes.addressof(self._error) if self.stream_error else None),
+            STREAM_RELEASE(lambda _: None),
+        )
+        stream = ArrowArrayStream(*self._callbacks)
+        self.keep.append(stream)
+        return _capsule_new(ctypes.addressof(stream), b"arrow_array_stream", None)
+
+    def _get_next(self, _, out):
+        if self.stream_error is not None:
+            return 5
+        if self._next == len(self.chunks):
+            out.contents.release = ARRAY_RELEASE()  # the end
+        else:
+            self.array(self._next, out.contents)
+            self._next += 1
+        return 0
+
+
+class StreamOnly:
+    def __init__(self, producer):
+        self.producer = producer
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.producer.__arrow_c_stream__(requested_schema)
+
+
+def test_an_arrow_array_is_shared_read_only_and_released_once_when_the_tensor_dies():
+    p = Producer([1, 2, 3], offset=2)
+    t = tb.asarray(p)
+    assert t.tolist() == [1, 2, 3] and t.dtype == tb.int32 and t.readonly
+    data = p.keep[1][0]  # the int32 buffer: the tensor starts past the offset
+    assert t.data_ptr() == ctypes.addressof(data) + 2 * 4
+    assert p.released == []  # moved into the tensor's keeping, not released
+    del t
+    gc.collect()
+    assert p.released == [("array", 1)]  # once; the schema stays its capsule's
+
+
+def test_copy_true_gives_new_writable_memory_and_releases_the_array():
+    p = Producer([4, 5])
+    t = tb.asarray(p, copy=True)
+    assert not t.readonly and t.tolist() == [4, 5]
+    gc.collect()
+    assert p.released == [("array", 1)]
+
+
+def test_nulls_are_refused_with_the_count_and_the_fix_and_nothing_leaks():
+    p = Producer([1, None, None])
+    with pytest.raises(
+        BufferError, match=r"asarray\(\): .*Producer: the Arrow array holds 2 nulls.*fill"
+    ):
+        tb.asarray(p)
+    gc.collect()
+    assert p.released == [("array", 1)]  # taken over, then released with the error
+
+
+def test_nulls_outside_the_slice_do_not_count():
+    # (a null_count of -1 means "not computed": the bitmap is read for the range)
+    p = Producer([7, 8], offset=1)
+    t = tb.asarray(p)
+    assert t.tolist() == [7, 8]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "what"),
+    [
+        (b"u", "a string"),
+        (b"tsu:", "a timestamp"),
+        (b"d:10,2", "a decimal"),
+        (b"+l", "a list"),
+        (b"z", "a binary"),
+    ],
+)
+def test_types_dlpack_cannot_hold_are_refused_by_name_before_the_array_is_taken(fmt, what):
+    p = Producer([1], fmt=fmt)
+    with pytest.raises(BufferError, match=rf"{what} \(Arrow format"):
+        tb.asarray(p)
+    assert p.released == []  # refused from the schema: the array stayed its capsule's
+
+
+def test_a_stream_of_one_chunk_is_shared_and_of_several_is_joined():
+    one = Producer([1, 2])
+    t = tb.asarray(StreamOnly(one))
+    assert t.readonly and t.tolist() == [1, 2]
+    assert ("schema",) in one.released  # the stream's schema is ours to release
+    several = Producer([1, 2], [], [3])
+    joined = tb.asarray(StreamOnly(several))
+    assert joined.tolist() == [1, 2, 3] and not joined.readonly
+    gc.collect()
+    assert sorted(r for r in several.released if r[0] == "array") == [
+        ("array", 1),
+        ("array", 2),
+        ("array", 3),
+    ]
+    with pytest.raises(ValueError, match=r"copy=False, but the Arrow stream has 2 chunks"):
+        tb.asarray(StreamOnly(Producer([1], [2])), copy=False)
+
+
+def test_an_empty_stream_is_an_empty_tensor_of_its_type():
+    t = tb.asarray(StreamOnly(Producer()), copy=False)
+    assert t.shape == (0,) and t.dtype == tb.int32
+
+
+def test_a_failing_stream_says_its_own_error():
+    p = Producer([1], stream_error=b"disk on fire")
+    with pytest.raises(BufferError, match="failed to give a chunk: disk on fire"):
+        tb.asarray(StreamOnly(p))
+    assert ("schema",) in p.released
+
+
+def test_a_producer_that_raises_is_named():
+    class Broken:
+        def __arrow_c_stream__(self, requested_schema=None):
+            raise RuntimeError("no")
+
+    with pytest.raises(
+        BufferError, match=r"asarray\(\): .*Broken.__arrow_c_stream__\(\) raised RuntimeError: no"
+    ):
+        tb.asarray(Broken())
+
+
+def test_convert_and_explain_say_their_own_name():
+    with pytest.raises(BufferError, match=r"^convert\(\): .*holds 1 null"):
+        tb.convert(Producer([None]), "tensorbridge")
+    with pytest.raises(BufferError, match=r"^explain\(\): .*holds 1 null"):
+        tb.explain(Producer([None]), "tensorbridge")
+
+
+def test_the_core_functions_check_capsule_names():
+    with pytest.raises(ValueError):
+        _core.import_arrow_stream(Producer([1]).__arrow_c_array__()[0], True)
+
+
+@needs("pyarrow")
+def test_pyarrow_chunked_arrays_table_columns_and_record_batches():
+    import pyarrow as pa
+
+    chunked = pa.chunked_array([[1.5, 2.5]])
+    t = tb.asarray(chunked, copy=False)
+    assert t.data_ptr() == chunked.chunk(0).buffers()[1].address and t.readonly
+    table = pa.table({"a": [1, 2], "b": [3, 4]})
+    assert tb.asarray(table["b"]).tolist() == [3, 4]
+    assert tb.asarray(table).tolist() == [[1, 3], [2, 4]]  # NumPy's reading of a table
+    fixed = pa.array([[1, 2], [3, 4], [5, 6]], type=pa.list_(pa.float32(), 2))[1:]
+    m = tb.asarray(pa.chunked_array([fixed]))
+    assert m.shape == (2, 2) and m.tolist() == [[3, 4], [5, 6]]
+    bits = pa.chunked_array([[True, False, True]])
+    assert tb.asarray(bits).tolist() == [True, False, True]
+    with pytest.raises(ValueError, match="bit-packed booleans"):
+        tb.asarray(bits, copy=False)
+    with pytest.raises(BufferError, match="dictionary-encoded"):
+        tb.asarray(pa.chunked_array([pa.array([1, 1]).dictionary_encode()]))
+
+
+@needs("polars")
+def test_polars_series_and_frames():
+    import polars as pl
+
+    s = pl.Series([1.0, 2.0, 3.0])
+    t = tb.asarray(s, copy=False)
+    assert t.readonly and t.data_ptr() == s.to_arrow().buffers()[1].address
+    assert tb.asarray(pl.DataFrame({"a": [1, 2], "b": [3, 4]})).tolist() == [[1, 3], [2, 4]]
+    with pytest.raises(BufferError, match=r"polars\.Series: the Arrow array holds 1 null"):
+        tb.asarray(pl.Series([1, None]))
+    with pytest.raises(BufferError, match=r"polars\.Series: a string"):
+        tb.asarray(pl.Series(["a"]))
+    assert tb.convert(s, "numpy").tolist() == [1.0, 2.0, 3.0]
