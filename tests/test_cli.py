@@ -3,16 +3,24 @@
 
 from __future__ import annotations
 
+import html.parser
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
+import numpy as np
 import pytest
 from needs import needs
 
 import tensorbridge as tb
+from tensorbridge._cli import QUIET_ENVIRONMENT, main, matrix, page, reasons
+from tensorbridge._cli.probes import probe
+from tensorbridge._cli.progress import Progress
 from tensorbridge._frameworks import FRAMEWORKS
 
 #: What a plain `pip install tensorbridge` lacks: every other framework, and ml_dtypes.
@@ -36,19 +44,60 @@ ONLY_NUMPY = textwrap.dedent(
 ).replace("MISSING", repr(MISSING))
 
 
-def cli(*args, only_numpy=False, timeout=600):
+def cli(*args, only_numpy=False, timeout=600, quiet_env=True):
+    """Run the command line in a subprocess (with quiet_env=False, without the
+    logging settings of QUIET_ENVIRONMENT in its environment: the command sets them)."""
     command = (
         [sys.executable, "-c", ONLY_NUMPY] if only_numpy else [sys.executable, "-m", "tensorbridge"]
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if not quiet_env:
+        for name in QUIET_ENVIRONMENT:
+            env.pop(name, None)
     result = subprocess.run(
         [*command, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
     return result
 
 
+class Cells(html.parser.HTMLParser):
+    """What a test reads of the --html page: the cells, the tags and the links."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells = []  # (class, title, text)
+        self.tags = []
+        self.links = []  # every src= and href=
+        self.style = ""
+        self._in = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append(tag)
+        self.links += [attrs[k] for k in ("src", "href") if k in attrs]
+        if tag == "td":
+            self.cells.append([attrs.get("class"), attrs.get("title"), ""])
+        self._in = tag
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "td":
+            self.cells[-1][2] += data
+        elif self._in == "style":
+            self.style += data
+
+
+def parse_page(text):
+    parser = Cells()
+    parser.feed(text)
+    parser.close()
+    return parser
+
+
 def test_matrix_with_only_numpy_installed():
-    result = cli(only_numpy=True)
+    result = cli("--dtypes", only_numpy=True)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     frameworks = next(line for line in out.splitlines() if line.startswith("frameworks:"))
@@ -66,10 +115,11 @@ def test_matrix_with_only_numpy_installed():
     coverage = next(line for line in out.splitlines() if line.startswith("dtypes "))
     assert "14/14 · 14/14" in coverage  # the 14 standard dtypes, all intact
     assert "Warning" not in result.stderr
+    assert result.stderr == ""  # stderr is a pipe here: no progress either
 
 
 def test_matrix_json():
-    result = cli("--json", "--frameworks", "numpy,torch", "--no-timing")
+    result = cli("--json", "--dtypes", "--frameworks", "numpy,torch", "--no-timing")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["dlpack"] == [1, 3]
@@ -82,6 +132,31 @@ def test_matrix_json():
     assert exchanges[("tensorbridge", "tensorbridge", "native")]["status"] == "zero-copy"
     assert data["dtypes"]["numpy"]["bfloat16"] == {"native": False, "convert": True}
     assert data["dtypes"]["torch"]["float8_e4m3fn"] == {"native": True, "convert": True}
+    assert data["process_changes"] == []  # no JAX here: nothing changed
+    for e in data["exchanges"]:
+        assert e["reason"], e  # every cell says why, shared ones included
+    shared = exchanges[("numpy", "torch", "native")]["reason"]
+    assert (
+        shared
+        == "same data address; a write through the numpy source was read through the torch result"
+    )
+
+
+def test_the_sweep_runs_only_when_asked():
+    text = cli("--frameworks", "numpy", "--no-timing", only_numpy=True)
+    assert text.returncode == 0, text.stderr
+    assert "dtypes: not swept (tensorbridge --dtypes sends all 26 dtypes" in text.stdout
+    assert "Every dtype" not in text.stdout and "dtype coverage" not in text.stdout
+    data = json.loads(cli("--json", "--frameworks", "numpy", "--no-timing").stdout)
+    assert data["dtypes"] is None and data["untested_dtypes"] is None
+    assert data["native_untried"] is None
+    # --markdown (docs/compatibility.md) always has it.
+    md = cli("--markdown", "--frameworks", "numpy", "--no-timing").stdout
+    assert "## Every dtype" in md
+    help_text = cli("--help").stdout
+    assert "--dtypes" in " ".join(help_text.split()) and "--markdown always includes it" in (
+        " ".join(help_text.split())
+    )
 
 
 def test_matrix_dtypes_and_markdown():
@@ -163,3 +238,346 @@ def test_command_line_prints_the_version(argv):
         [sys.executable, *argv], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert out.startswith(f"tensorbridge {tb.__version__} (DLPack 1.3)")
+
+
+# --------------------------------------------------------------------------
+# Progress on stderr
+# --------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+def screen(written):
+    """What a terminal shows of text written with carriage returns (one line)."""
+    line = ""
+    for part in written.split("\r"):
+        line = part + line[len(part) :]
+    return line
+
+
+def test_progress_rewrites_one_line_and_clears_it():
+    stream = Terminal()
+    progress = Progress(stream)
+    progress("importing torch… 3/9")
+    progress("probing torch→jax 12/100")
+    progress("short")
+    assert screen(stream.getvalue()).rstrip() == "short"
+    assert "\n" not in stream.getvalue()
+    progress.clear()
+    assert screen(stream.getvalue()).strip() == ""
+    quiet = io.StringIO()  # not a terminal
+    Progress(quiet)("importing numpy… 1/2")
+    assert quiet.getvalue() == ""
+
+
+def test_the_matrix_shows_progress_on_a_terminal(monkeypatch, capsys):
+    for name, value in QUIET_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)  # restored after the test
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["--frameworks", "numpy", "--no-timing", "--dtypes"]) == 0
+    shown = terminal.getvalue()
+    steps = shown.split("\r")
+    assert any(s.startswith("importing numpy… 1/2") for s in steps)
+    assert any(s.startswith("probing numpy→tensorbridge 2/4") for s in steps)
+    assert any(s.startswith("dtype sweep: tensorbridge 2/2") for s in steps)
+    assert shown.endswith("\r") and screen(shown).strip() == ""  # cleared at the end
+    assert "\n" not in shown  # nothing else was written to stderr
+    assert "8 exchanges in" in capsys.readouterr().out  # the report went to stdout
+
+
+def test_messages_clear_the_progress_line_first(monkeypatch, capsys):
+    for name, value in QUIET_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["--frameworks", "numpy,cupy", "--no-timing"]) == 1
+    lines = terminal.getvalue().split("\n")
+    message = next(line for line in lines if "cupy is left out" in line)
+    assert screen(message).startswith("tensorbridge: cupy is left out")
+
+
+# --------------------------------------------------------------------------
+# Time: no costly error paths, no waiting for the frameworks' teardown
+# --------------------------------------------------------------------------
+
+
+def test_the_console_entry_point_does_not_wait_for_teardown(monkeypatch):
+    # main() with no arguments (the console script, python -m tensorbridge) ends the
+    # process with os._exit once its output is flushed: atexit handlers (the
+    # frameworks' teardown) do not run, and the exit status is kept.
+    code = textwrap.dedent(
+        """
+        import atexit, sys
+        atexit.register(lambda: print("teardown ran"))
+        sys.argv = ["tensorbridge", *ARGS]
+        from tensorbridge._cli import main
+        main()
+        print("main returned")
+        """
+    )
+    for args, status in ((["--version"], 0), (["--frameworks", "caffe"], 2), (["--help"], 0)):
+        run = subprocess.run(
+            [sys.executable, "-c", code.replace("ARGS", repr(args))],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == status, run.stderr
+        assert "teardown ran" not in run.stdout and "main returned" not in run.stdout
+        assert run.stdout or run.stderr  # flushed before the end
+    for name, value in QUIET_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)  # main sets them: restored after the test
+    assert main(["--version"]) == 0  # with arguments (the tests): it returns
+
+
+def test_tvm_ffi_dtype_is_read_without_its_error_path():
+    # tvm_ffi's .dtype raises for complex types, and its first error costs seconds:
+    # the probe reads the DLPack export instead.
+    class Complex:
+        def __init__(self):
+            self.t = tb.asarray([1.0, 2.0], dtype="complex64")
+
+        @property
+        def dtype(self):
+            raise AssertionError(".dtype was read")
+
+        def __dlpack__(self, **kwargs):
+            return self.t.__dlpack__(**kwargs)
+
+    assert probe("tvm_ffi").dtype_name(Complex()) == "complex64"
+
+
+def test_the_sweep_does_not_take_a_consumers_costly_error_path(monkeypatch):
+    called = []
+    monkeypatch.setattr(
+        probe("tvm_ffi"),
+        "native_from_dlpack",
+        classmethod(lambda cls, obj: called.append(obj.dtype.name)),
+    )
+    sweep = matrix.dtype_sweep(["tvm_ffi"])
+    untried = probe("tvm_ffi").native_untried
+    assert untried and not set(called) & untried
+    assert all(not sweep["tvm_ffi"][d]["native"] for d in untried if d in sweep["tvm_ffi"])
+    assert set(matrix.untried(["tvm_ffi", "numpy"])) == {"tvm_ffi"}
+
+
+# --------------------------------------------------------------------------
+# The frameworks' own logging
+# --------------------------------------------------------------------------
+
+
+def test_quiet_silences_framework_logging_and_warnings(capsys):
+    handler = logging.StreamHandler(sys.stderr)
+    logger = logging.getLogger("jax._src.xla_bridge")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with matrix.quiet():
+            logger.info("Unable to initialize backend 'tpu'")
+            logger.error("an error of the framework")
+            warnings.warn("import-time chatter", UserWarning, stacklevel=1)
+        assert capsys.readouterr().err == ""
+        logger.info("after the matrix")
+        assert "after the matrix" in capsys.readouterr().err  # restored
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+
+def test_the_logging_environment_is_set_unless_the_user_set_it(monkeypatch):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    monkeypatch.delenv("GLOG_minloglevel", raising=False)
+    assert main(["--version"]) == 0
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"  # the user's own
+    # glog reads its flags from GLOG_<flag name>, in the flag's own case.
+    glog = "GLOG_minloglevel"
+    assert os.environ[glog] == QUIET_ENVIRONMENT[glog]
+
+
+@needs("paddle", "jax", "tensorflow")
+def test_frameworks_log_nothing_to_stderr():
+    # Without the settings in its environment: TensorFlow's C++ start-up log, and
+    # JAX's backend search logged at INFO once PaddlePaddle has configured logging.
+    result = cli("--frameworks", "paddle,jax,tf", "--no-timing", quiet_env=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+# --------------------------------------------------------------------------
+# Reasons
+# --------------------------------------------------------------------------
+
+
+class Producer:
+    """A producer that gives a legacy capsule whatever it is asked, and a device id
+    of None."""
+
+    def __init__(self):
+        self.t = tb.asarray([1.0, 2.0, 3.0, 4.0])
+
+    def __dlpack__(self, **kwargs):
+        return self.t.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (1, None)
+
+
+def test_copy_reasons():
+    mlx_copy = reasons.copied("native", probe("numpy"), probe("mlx"), np.ones(4))
+    assert mlx_copy == "mlx.core.from_dlpack always copies into mlx's own memory"
+    misaligned = np.zeros(32, dtype=np.float32)[1:]  # 4 bytes past an aligned start
+    assert reasons.alignment_of(misaligned.ctypes.data) == 4
+    jax_copy = reasons.copied("native", probe("numpy"), probe("jax"), misaligned)
+    assert jax_copy == (
+        "jax.dlpack.from_dlpack shares only 64-byte aligned memory; this numpy array is "
+        "4-byte aligned"
+    )
+    other = reasons.copied("native", probe("numpy"), probe("torch"), np.ones(4))
+    assert other.startswith("torch.from_dlpack copied numpy's array")
+
+
+def test_failure_reasons_are_whole_and_say_what_was_wrong():
+    raw = ValueError("PyCapsule_GetPointer called with incorrect name")
+    why = reasons.failed("native", probe("jax"), probe("pyarrow"), Producer(), raw)
+    assert why.startswith(
+        'pyarrow.Array.from_dlpack asks for max_version=(1, 3) and reads only versioned "'
+        'dltensor_versioned" capsules, but jax answers with a legacy "dltensor" capsule'
+    )
+    assert why.endswith("(ValueError: PyCapsule_GetPointer called with incorrect name)")
+    device = TypeError(
+        "device_from_local_hardware_id(): incompatible function arguments.\n"
+        "    1. device_from_local_hardware_id(self, arg: int, /)\n\n"
+        "Invoked with types: jaxlib._jax.Client, NoneType"
+    )
+    why = reasons.failed("native", probe("paddle"), probe("jax"), Producer(), device)
+    assert why.startswith(
+        "paddle's __dlpack_device__() gives the device id None where DLPack specifies an "
+        "int, and jax.dlpack.from_dlpack passes it on"
+    )
+    assert why.endswith("Invoked with types: jaxlib._jax.Client, NoneType)")  # whole
+    long = RuntimeError("x" * 400 + "\n  second line")
+    assert reasons.failed("convert", probe("numpy"), probe("torch"), Producer(), long) == (
+        "RuntimeError: " + "x" * 400 + " second line"
+    )
+
+
+@needs("jax", "pyarrow")
+def test_json_and_html_reasons_for_copies_and_failures(tmp_path):
+    out = tmp_path / "matrix.html"
+    result = cli("--json", "--html", str(out), "--frameworks", "jax,pyarrow", "--no-timing")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)  # stdout keeps the JSON; the page goes to the file
+    exchanges = {(e["producer"], e["consumer"], e["route"]): e for e in data["exchanges"]}
+    assert all(e["reason"] for e in exchanges.values())
+    failure = exchanges[("jax", "pyarrow", "native")]
+    assert failure["status"] == "fails"
+    assert 'jax answers with a legacy "dltensor" capsule' in failure["reason"]
+    assert "PyCapsule_GetPointer called with incorrect name" in failure["reason"]
+    # What the matrix changed in the process is said.
+    assert any("jax_enable_x64 is switched on" in c for c in data["process_changes"])
+    cells = parse_page(out.read_text(encoding="utf-8")).cells
+    failed = [c for c in cells if c[0] == "failed"]
+    assert failed and any("PyCapsule_GetPointer" in c[1] for c in failed)
+    assert all(c[2].startswith("✗") for c in failed)
+
+
+@needs("jax")
+def test_what_the_matrix_changes_is_said_in_text_and_markdown():
+    text = cli("--frameworks", "jax", "--no-timing")
+    assert text.returncode == 0, text.stderr
+    assert "changed in this process for the probes: JAX's jax_enable_x64 is switched on" in (
+        text.stdout
+    )
+    md = cli("--markdown", "--frameworks", "jax", "--no-timing").stdout
+    assert "\n\nChanged in this process for the probes: JAX's jax_enable_x64" in md
+
+
+# --------------------------------------------------------------------------
+# --html
+# --------------------------------------------------------------------------
+
+
+def test_html_page(tmp_path):
+    out = tmp_path / "matrix.html"
+    result = cli("--html", str(out), "--dtypes", "--frameworks", "numpy", only_numpy=True)
+    assert result.returncode == 0, result.stderr
+    assert "exchanges in" in result.stdout  # stdout still has the text
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    page_ = parse_page(text)
+    exchanges = [c for c in page_.cells if c[0] in ("shared", "copied", "failed")]
+    assert len(exchanges) == 2 * 2 * 2  # numpy and tensorbridge, both ways, two routes
+    assert all(c[0] == "shared" and c[2].startswith("S") for c in exchanges)
+    assert all(c[1] and "same data address" in c[1] for c in exchanges)
+    dtypes = [c for c in page_.cells if c[0] in ("intact", "partial", "lost")]
+    assert len(dtypes) == 2 * 14  # the 14 standard dtypes (no ml_dtypes here)
+    for css in ("shared", "copied", "failed"):
+        assert f".{css}" in page_.style  # coloured by class, with a legend
+        assert f'<span class="{css}">' in text
+    # Self-contained: no script, no stylesheet or image fetched, no link out.
+    assert "script" not in page_.tags and "link" not in page_.tags and "img" not in page_.tags
+    assert page_.links == [] and "http" not in text and "url(" not in text
+
+
+def test_html_escapes_everything(tmp_path):
+    evil = "<script>alert(\"x\")</script> & 'quotes'"
+    results = {
+        (p, c, route): matrix.Exchange(status, reason=evil)
+        for p in ("numpy", "tensorbridge")
+        for c in ("numpy", "tensorbridge")
+        for route, status in (("native", "fails"), ("convert", "copy"))
+    }
+    text = page.render(
+        versions={"numpy": "<b>2</b>", "tensorbridge": "0"},
+        skipped={"paddle": evil},
+        changes=[evil],
+        results=results,
+        sweep=None,
+        untested=None,
+        seconds=1.0,
+    )
+    parsed = parse_page(text)
+    assert "script" not in parsed.tags and "b" not in parsed.tags
+    assert {c[0] for c in parsed.cells} == {"failed", "copied"}
+    assert all(c[1].endswith(evil) for c in parsed.cells)  # the tooltip, unescaped
+    assert "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_html_refuses_what_it_cannot_write(tmp_path):
+    result = cli("--html", "-", "--frameworks", "numpy", only_numpy=True)
+    assert result.returncode == 2 and "--html needs a file name" in result.stderr
+    missing = tmp_path / "no" / "such" / "dir" / "m.html"
+    result = cli("--html", str(missing), "--frameworks", "numpy", only_numpy=True)
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert "exchanges in" not in result.stdout  # refused before the matrix ran
+    result = cli("--html", str(tmp_path), "--frameworks", "numpy", only_numpy=True)
+    assert result.returncode == 2 and "is a directory" in result.stderr
+
+
+def test_markdown_notes_keep_dunder_names_and_angle_brackets():
+    from tensorbridge._cli import markdown
+
+    reason = "paddle's __dlpack_device__() gives (<kDLCPU: 1>, None)"
+    results = {
+        (p, c, route): matrix.Exchange("fails", reason=reason)
+        for p in ("numpy", "tensorbridge")
+        for c in ("numpy", "tensorbridge")
+        for route in ("native", "convert")
+    }
+    kwargs = dict(
+        versions={"numpy": "2", "tensorbridge": "0"},
+        changes=[],
+        results=results,
+        sweep=None,
+        untested=None,
+        seconds=1.0,
+    )
+    md = markdown.report(markdown=True, **kwargs)
+    assert r"- ✗1: paddle's \_\_dlpack_device\_\_() gives (\<kDLCPU: 1>, None)" in md
+    assert f"  ✗1: {reason}" in markdown.report(markdown=False, **kwargs)

@@ -2,82 +2,124 @@
 """The ``tensorbridge`` command line.
 
     tensorbridge                 the interoperability matrix of this machine
-    tensorbridge --dtypes        ... with a per-dtype sweep
+    tensorbridge --dtypes        ... with the per-dtype sweep
     tensorbridge --json          ... as JSON
     tensorbridge --markdown      ... as docs/compatibility.md (with every quirk handled)
+    tensorbridge --html FILE     ... and as a page in FILE (coloured, with tooltips)
     tensorbridge inspect EXPR    what EXPR's DLPack export looks like
 
 This module parses the arguments and runs a command: the matrix (`matrix`, rendered
-by `markdown`) or `inspect`. Those are imported only when their command runs, so
-``--help`` and ``--version`` stay quick.
+by `markdown` and `page`) or `inspect`. Those are imported only when their command
+runs, so ``--help`` and ``--version`` stay quick. While the matrix runs, its
+progress is shown on stderr when that is a terminal (`progress`), and the
+frameworks' own logging is kept out of the output (`QUIET_ENVIRONMENT`,
+`matrix.quiet`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
-__all__ = ["main", "run_matrix"]
+__all__ = ["QUIET_ENVIRONMENT", "main", "run", "run_matrix"]
+
+#: Set before any framework is imported, unless the user set them: TensorFlow's
+#: (and XLA's, in jaxlib) C++ logging, and PaddlePaddle's glog, to errors only.
+QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GLOG_minloglevel": "2"}
+
+
+def _wanted(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[list[str] | None, int]:
+    """The frameworks `--frameworks` asks for, in import order (None: all), and the
+    exit status so far (2: a name is unknown; 1: one is left out)."""
+    from tensorbridge._cli import matrix
+    from tensorbridge._frameworks import ALIASES, FRAMEWORKS
+
+    if not args.frameworks:
+        return None, 0
+    status = 0
+    given = [n.strip() for n in args.frameworks.split(",") if n.strip()]
+    # The names convert takes, aliases included ("pytorch", "np", "jnp"...).
+    wanted = [ALIASES.get(n, n) for n in given]
+    unknown = sorted(g for g, n in zip(given, wanted, strict=True) if n not in FRAMEWORKS)
+    if unknown:
+        say(
+            f"unknown framework(s) {', '.join(unknown)}; known: "
+            f"{', '.join(FRAMEWORKS)} (and their aliases: {', '.join(sorted(ALIASES))})"
+        )
+        return wanted, 2
+    for name in [n for n in wanted if n not in matrix.ORDER]:
+        say(f"{name} is left out: it needs a GPU, and this matrix runs on the CPU")
+        status = 1
+    if "tensorbridge" not in wanted:
+        wanted.append("tensorbridge")
+    return [n for n in matrix.ORDER if n in wanted], status
 
 
 def run_matrix(args: argparse.Namespace) -> int:
     """The interoperability matrix, as the parsed arguments ask."""
-    from tensorbridge._cli import markdown, matrix
-    from tensorbridge._frameworks import ALIASES, FRAMEWORKS
+    from tensorbridge._cli import markdown, matrix, page
+    from tensorbridge._cli.progress import Progress
+    from tensorbridge._frameworks import FRAMEWORKS
+
+    progress = Progress()
+
+    def say(message: str) -> None:
+        progress.clear()
+        print(f"tensorbridge: {message}", file=sys.stderr)
 
     started = time.perf_counter()
-    wanted = None
-    status = 0
-    if args.frameworks:
-        given = [n.strip() for n in args.frameworks.split(",") if n.strip()]
-        # The names convert takes, aliases included ("pytorch", "np", "jnp"...).
-        wanted = [ALIASES.get(n, n) for n in given]
-        unknown = sorted(g for g, n in zip(given, wanted, strict=True) if n not in FRAMEWORKS)
-        if unknown:
-            print(
-                f"tensorbridge: unknown framework(s) {', '.join(unknown)}; known: "
-                f"{', '.join(FRAMEWORKS)} (and their aliases: {', '.join(sorted(ALIASES))})",
-                file=sys.stderr,
-            )
-            return 2
-        for name in [n for n in wanted if n not in matrix.ORDER]:
-            print(
-                f"tensorbridge: {name} is left out: it needs a GPU, and this matrix "
-                "runs on the CPU",
-                file=sys.stderr,
-            )
-            status = 1
-        if "tensorbridge" not in wanted:
-            wanted.append("tensorbridge")
-        wanted = [n for n in matrix.ORDER if n in wanted]
+    wanted, status = _wanted(args, say)
+    if status == 2:
+        return 2
     skipped: dict[str, str] = {}
-    versions = matrix.available(wanted, skipped)
-    names = list(versions)
-    for name, reason in skipped.items():
-        print(f"tensorbridge: skipped {name}: {reason}", file=sys.stderr)
-    if wanted is not None:
-        for name in wanted:
-            if name not in versions and name not in skipped:
-                print(
-                    f"tensorbridge: {name} is not installed here (pip install "
-                    f"{FRAMEWORKS[name].distribution or name}); left out",
-                    file=sys.stderr,
-                )
+    changes: list[str] = []
+    # The sweep runs when asked (--dtypes), and for --markdown: docs/compatibility.md
+    # holds every dtype.
+    swept = args.dtypes or args.markdown
+    try:
+        with matrix.quiet():
+            versions = matrix.available(wanted, skipped, changes, progress)
+            names = list(versions)
+            for name, reason in skipped.items():
+                say(f"skipped {name}: {reason}")
+            for name in wanted or []:
+                if name not in versions and name not in skipped:
+                    say(
+                        f"{name} is not installed here (pip install "
+                        f"{FRAMEWORKS[name].distribution or name}); left out"
+                    )
+                    status = 1
+            if wanted is not None and skipped:
                 status = 1
-        if skipped:
-            status = 1
-    results = matrix.exchange_matrix(names, timing=not args.no_timing)
-    sweep = matrix.dtype_sweep(names)  # the coverage row needs it in every format
-    untested = matrix.sweep_dtypes()[1]
+            results = matrix.exchange_matrix(names, timing=not args.no_timing, progress=progress)
+            sweep = matrix.dtype_sweep(names, progress) if swept else None
+            untested = matrix.sweep_dtypes()[1] if swept else None
+    finally:
+        progress.clear()
     seconds = time.perf_counter() - started
 
+    if args.html:
+        text = page.render(
+            versions=versions,
+            skipped=skipped,
+            changes=changes,
+            results=results,
+            sweep=sweep,
+            untested=untested,
+            seconds=seconds,
+        )
+        with open(args.html, "w", encoding="utf-8") as file:
+            file.write(text)
     if args.json:
         data = matrix.payload(
             versions=versions,
             skipped=skipped,
+            changes=changes,
             seconds=seconds,
             results=results,
             sweep=sweep,
@@ -88,12 +130,12 @@ def run_matrix(args: argparse.Namespace) -> int:
     print(
         markdown.report(
             versions=versions,
+            changes=changes,
             results=results,
             sweep=sweep,
             untested=untested,
             seconds=seconds,
             markdown=args.markdown,
-            dtypes=args.dtypes,
         )
     )
     return status
@@ -112,28 +154,36 @@ def _inspect(argv: list[str]) -> int:
     return inspect.run(parser.parse_args(argv).expr)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console script ``tensorbridge`` (and ``python -m tensorbridge``)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # The command imports TensorFlow only to try it: keep its C++ start-up log out of
-    # the terminal (a user's own setting wins).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if argv and argv[0] == "inspect":
-        return _inspect(argv[1:])
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorbridge",
         description="Zero-copy tensor exchange over DLPack. With no arguments: the "
-        "interoperability matrix of the frameworks installed here. "
-        "Also: tensorbridge inspect EXPR.",
+        "interoperability matrix of the frameworks installed here (progress is shown on "
+        "stderr when it is a terminal). Also: tensorbridge inspect EXPR.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--dtypes", action="store_true", help="add the per-dtype sweep")
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help='machine-readable output (its "dtypes" are null without --dtypes)',
+    )
+    parser.add_argument(
+        "--dtypes",
+        action="store_true",
+        help="also sweep every dtype through each consumer (both routes): the coverage "
+        "row and the table of every dtype; --markdown always includes it",
+    )
     output.add_argument(
         "--markdown",
         action="store_true",
-        help="docs/compatibility.md: the matrix and every quirk handled",
+        help="docs/compatibility.md: the matrix, every dtype and every quirk handled",
+    )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the matrix to FILE as a self-contained HTML page (coloured "
+        "cells whose tooltips say why); stdout still gets the text, --json or --markdown",
     )
     parser.add_argument("--no-timing", action="store_true", help="skip the per-exchange timing")
     parser.add_argument(
@@ -142,7 +192,34 @@ def main(argv: list[str] | None = None) -> int:
         help="only these frameworks, by the names convert takes (default: every one "
         "installed); exit status 1 when one is not installed",
     )
+    return parser
+
+
+def _check_html(parser: argparse.ArgumentParser, path: str) -> None:
+    """Refuse an --html FILE that cannot be written, before the matrix runs."""
+    if path == "-":
+        parser.error("--html needs a file name: stdout gets the text, --json or --markdown")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        parser.error(f"--html {path}: is a directory")
+    if not os.path.isdir(folder):
+        parser.error(f"--html {path}: the directory {folder} does not exist")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        parser.error(f"--html {path}: not writable")
+
+
+def run(argv: list[str]) -> int:
+    """Run the command line on argv; the exit status."""
+    # The command imports frameworks only to try them: keep their C++ start-up
+    # logging out of the terminal (a user's own setting wins).
+    for name, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    if argv and argv[0] == "inspect":
+        return _inspect(argv[1:])
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.html is not None:
+        _check_html(parser, args.html)
     try:
         if args.version:
             from tensorbridge._core import DLPACK_VERSION
@@ -160,3 +237,27 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script ``tensorbridge`` (and ``python -m tensorbridge``).
+
+    Called without `argv` (as the console script is), it ends the process once its
+    output is flushed, without waiting for the frameworks it imported to tear down
+    (over a second with all of them): `os._exit`, so no atexit handler runs. With
+    `argv` (the tests) it returns the exit status."""
+    if argv is not None:
+        return run(list(argv))
+    try:
+        status = run(sys.argv[1:])
+    except SystemExit as exc:  # argparse: --help, usage errors
+        code = exc.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+        if not isinstance(code, int) and code is not None:
+            print(code, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: the user knows; no traceback
+        status = 130
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to add
+            stream.flush()
+    os._exit(status)

@@ -1,22 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rendering the interoperability matrix: aligned text tables for the terminal,
-Markdown for docs/compatibility.md (the matrix and every quirk handled)."""
+Markdown for docs/compatibility.md (the matrix and every quirk handled); the HTML
+page is `page`'s."""
 
 from __future__ import annotations
 
 import time
 
-from tensorbridge._cli.matrix import Exchange, Results, Sweep
+from tensorbridge._cli.matrix import Exchange, Results, Sweep, untried
 from tensorbridge._core import DLPACK_VERSION
 from tensorbridge._dtypes import DTYPES
 from tensorbridge._frameworks import FRAMEWORKS
 from tensorbridge._version import __version__
 
-__all__ = ["LEGEND", "cell", "quirks", "report", "table"]
+__all__ = ["LEGEND", "cell", "changes_text", "quirks", "report", "table"]
 
 LEGEND = (
     "S = zero-copy (same address; a write through one side is read on the other), "
-    "C = copied, ✗ = fails; numbers are µs per exchange (median)"
+    "C = copied, ✗ = fails (numbered: why, below); numbers are µs per exchange (median)"
 )
 
 
@@ -32,17 +33,28 @@ def table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
     return "\n".join([line, rule, *body])
 
 
-def cell(exchange: Exchange, notes: dict[str, int]) -> str:
-    """One exchange's cell (a failure gets the number of its reason in `notes`)."""
+def cell(exchange: Exchange, notes: dict[str, int], copies: dict[str, int] | None = None) -> str:
+    """One exchange's cell: a failure gets the number of its reason in `notes`, a
+    copy the number of its reason in `copies` (when given)."""
     if exchange.status == "fails":
         number = notes.setdefault(exchange.reason, len(notes) + 1)
         return f"✗{number}"
     text = exchange.code
+    if exchange.status == "copy" and copies is not None:
+        text += str(copies.setdefault(exchange.reason, len(copies) + 1))
     if exchange.write_through is False:
         text += "!"  # shared address but a write did not go through
     if exchange.time_us is not None:
         text += f" {exchange.time_us:.2g}" if exchange.time_us < 10 else f" {exchange.time_us:.0f}"
     return text
+
+
+def _text(text: str, md: bool) -> str:
+    """Text as Markdown shows it: dunder names (``__dlpack_device__``) would be bold,
+    and ``<...>`` of an exception's message taken for HTML."""
+    if not md:
+        return text
+    return text.replace("__", "\\_\\_").replace("<", "\\<").replace("*", "\\*")
 
 
 def _label(name: str) -> str:
@@ -65,9 +77,17 @@ def quirks() -> str:
     return "\n".join(lines).rstrip()
 
 
-def _header(versions: dict[str, str], md: bool) -> list[str]:
+def changes_text(changes: list[str]) -> str:
+    """What the matrix changed in its process, as one sentence ("" for nothing)."""
+    if not changes:
+        return ""
+    return "changed in this process for the probes: " + "; ".join(changes) + "."
+
+
+def _header(versions: dict[str, str], changes: list[str], md: bool) -> list[str]:
     major, minor = DLPACK_VERSION
     peers = [f"{n} {v}" for n, v in versions.items() if n != "tensorbridge"]
+    said = changes_text(changes)
     if md:
         return [
             "# Compatibility",
@@ -77,34 +97,41 @@ def _header(versions: dict[str, str], md: bool) -> list[str]:
             "upgrading a framework.",
             "",
             f"tensorbridge {__version__} (DLPack {major}.{minor}); " + ", ".join(peers),
+            *(["", said[0].upper() + said[1:]] if said else []),
         ]
     return [
         f"tensorbridge {__version__} (DLPack {major}.{minor}): what interoperates on this machine",
         "frameworks: " + ", ".join(peers),
+        *([said] if said else []),
     ]
 
 
 def report(
     *,
     versions: dict[str, str],
+    changes: list[str],
     results: Results,
-    sweep: Sweep,
-    untested: list[str],
+    sweep: Sweep | None,
+    untested: list[str] | None,
     seconds: float,
     markdown: bool,
-    dtypes: bool,
 ) -> str:
-    """The whole matrix report: both routes, the dtype coverage (and with `dtypes`
-    or `markdown`, every dtype), the failures, and in Markdown the quirks."""
+    """The whole matrix report: both routes, why exchanges copied and failed, with
+    the sweep (`sweep`, ``--dtypes``; always in Markdown) the dtype coverage and
+    every dtype, and in Markdown the quirks."""
     md = markdown
     names = list(versions)
-    out = _header(versions, md)
+    out = _header(versions, changes, md)
     notes: dict[str, int] = {}
+    copies: dict[str, int] = {}
     for route, title in (
         ("native", "Each consumer's own from_dlpack (rows: producer, columns: consumer)"),
         ("convert", "Through tensorbridge.convert(producer_tensor, consumer)"),
     ):
-        rows = [[_label(p)] + [cell(results[(p, c, route)], notes) for c in names] for p in names]
+        rows = [
+            [_label(p)] + [cell(results[(p, c, route)], notes, copies) for c in names]
+            for p in names
+        ]
         out.append("")
         out.append(("## " if md else "") + title)
         out.append("")
@@ -112,6 +139,32 @@ def report(
     out.append("")
     out.append(LEGEND + ".")
 
+    if sweep is None:
+        out.append("")
+        out.append(
+            f"dtypes: not swept (tensorbridge --dtypes sends all {len(DTYPES)} dtypes through "
+            "every consumer)"
+        )
+    else:
+        out.extend(_sweep(names, sweep, untested or [], md))
+    for heading, numbered, mark in (("Copies", copies, "C"), ("Failures", notes, "✗")):
+        if numbered:
+            out.append("")
+            out.append(("## " if md else "") + heading)
+            out.append("")
+            for reason, number in numbered.items():
+                out.append(f"{'- ' if md else '  '}{mark}{number}: {_text(reason, md)}")
+    if md:
+        out.append("")
+        out.append(quirks())
+    out.append("")
+    out.append(f"{len(results)} exchanges in {seconds:.1f} s.")
+    return "\n".join(out)
+
+
+def _sweep(names: list[str], sweep: Sweep, untested: list[str], md: bool) -> list[str]:
+    """The dtype coverage row and the table of every dtype."""
+    out = []
     total = len(DTYPES) - len(untested)
     coverage = [
         f"{sum(v['native'] for v in sweep[c].values())}/{total} · "
@@ -130,35 +183,30 @@ def report(
             f"not tested: {', '.join(untested)} (making their values needs ml_dtypes: "
             "pip install ml-dtypes)"
         )
-    if dtypes or md:
-        every = []
-        for dtype in DTYPES:
-            if dtype in untested:
-                continue
-            every.append(
-                [dtype]
-                + [
-                    ("✓" if sweep[c][dtype]["native"] else "·")
-                    + " "
-                    + ("✓" if sweep[c][dtype]["convert"] else "·")
-                    for c in names
-                ]
-            )
-        out.append("")
-        out.append(
-            ("## " if md else "") + "Every dtype (native, convert): ✓ arrives intact, · does not"
+    every = []
+    for dtype in DTYPES:
+        if dtype in untested:
+            continue
+        every.append(
+            [dtype]
+            + [
+                ("✓" if sweep[c][dtype]["native"] else "·")
+                + " "
+                + ("✓" if sweep[c][dtype]["convert"] else "·")
+                for c in names
+            ]
         )
-        out.append("")
-        out.append(table(["dtype", *[_label(c) for c in names]], every, md))
-    if notes:
-        out.append("")
-        out.append(("## " if md else "") + "Failures")
-        out.append("")
-        for reason, number in notes.items():
-            out.append(f"{'- ' if md else '  '}✗{number}: {reason}")
-    if md:
-        out.append("")
-        out.append(quirks())
     out.append("")
-    out.append(f"{len(results)} exchanges in {seconds:.1f} s.")
-    return "\n".join(out)
+    out.append(
+        ("## " if md else "") + "Every dtype (native, convert): ✓ arrives intact, · does not"
+    )
+    out.append("")
+    out.append(table(["dtype", *[_label(c) for c in names]], every, md))
+    for name, what in untried(names).items():
+        out.append("")
+        said = (
+            f"{_label(name)}: its own from_dlpack is not tried with {', '.join(what['dtypes'])} "
+            f"(shown as ·): {what['reason']}."
+        )
+        out.append(_text(said, md))
+    return out

@@ -15,10 +15,11 @@ import importlib
 from typing import Any, ClassVar
 
 from tensorbridge import _core
+from tensorbridge._dtypes import dtype_from_code
 from tensorbridge._frameworks import FRAMEWORKS, Framework
-from tensorbridge._frameworks.base import ML_DTYPES
+from tensorbridge._frameworks.base import ML_DTYPES, SUBBYTE
 
-__all__ = ["PROBES", "Probe", "pointer", "probe"]
+__all__ = ["PROBES", "Probe", "capsule_name", "dlpack_dtype_name", "pointer", "probe"]
 
 
 def pointer(obj: Any) -> int | None:
@@ -30,6 +31,29 @@ def pointer(obj: Any) -> int | None:
             continue
         return int(info["data"] + info["byte_offset"])
     return None
+
+
+def capsule_name(obj: Any, **kwargs: Any) -> str | None:
+    """The name of the capsule ``obj.__dlpack__(**kwargs)`` gives (not consumed), or
+    None if it gives none."""
+    try:
+        return str(_core.inspect_capsule(obj.__dlpack__(**kwargs))["name"])
+    except Exception:
+        return None
+
+
+def dlpack_dtype_name(obj: Any) -> str:
+    """The dtype name of obj's DLPack export ("unknown" for a type tensorbridge does
+    not know, "?" without an export)."""
+    for kwargs in ({"max_version": (1, 3)}, {}):
+        try:
+            info = _core.inspect_capsule(obj.__dlpack__(**kwargs))
+        except Exception:
+            continue
+        code, bits, lanes = info["dtype"]
+        dtype = dtype_from_code(code, bits)
+        return dtype.name if dtype is not None and lanes == 1 else "unknown"
+    return "?"
 
 
 class Probe:
@@ -46,9 +70,23 @@ class Probe:
     def module(cls) -> Any:
         return cls.framework().module()
 
+    #: How a user calls its own DLPack consumer (what `native_from_dlpack` does).
+    native_name: ClassVar[str] = ""
+    #: Dtypes the dtype sweep does not hand to `native_from_dlpack`, and why: the
+    #: consumer's error path is costly (seconds), and what it gives is known.
+    native_untried: ClassVar[frozenset[str]] = frozenset()
+    native_untried_reason: ClassVar[str] = ""
+
     @classmethod
-    def prepare(cls) -> None:
-        """Set the framework up for probing, once it is imported."""
+    def prepare(cls) -> list[str]:
+        """Set the framework up for probing, once it is imported; what it changed in
+        the process, for the matrix to say (empty: nothing)."""
+        return []
+
+    @classmethod
+    def native(cls) -> str:
+        """How a user calls its own DLPack consumer, as text."""
+        return cls.native_name or f"{cls.framework().module_name or cls.name}.from_dlpack"
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -93,6 +131,7 @@ class Probe:
 
 class TensorbridgeProbe(Probe):
     name = "tensorbridge"
+    native_name = "tensorbridge.from_dlpack"
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -132,11 +171,19 @@ class TorchProbe(Probe):
 
 class JaxProbe(Probe):
     name = "jax"
+    native_name = "jax.dlpack.from_dlpack"
 
     @classmethod
-    def prepare(cls) -> None:
+    def prepare(cls) -> list[str]:
         # Without 64-bit types JAX narrows 64-bit data, and no 64-bit dtype arrives.
-        importlib.import_module("jax").config.update("jax_enable_x64", True)
+        config = importlib.import_module("jax").config
+        if getattr(config, "jax_enable_x64", False):
+            return []  # the user's own setting (JAX_ENABLE_X64=1)
+        config.update("jax_enable_x64", True)
+        return [
+            "JAX's jax_enable_x64 is switched on (without it JAX narrows 64-bit data to "
+            "32 bits, and float64, int64, uint64 and complex128 could not be probed)"
+        ]
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -154,6 +201,7 @@ class JaxProbe(Probe):
 
 class PaddleProbe(Probe):
     name = "paddle"
+    native_name = "paddle.utils.dlpack.from_dlpack"
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -170,6 +218,7 @@ class PaddleProbe(Probe):
 
 class TensorflowProbe(Probe):
     name = "tensorflow"
+    native_name = "tf.experimental.dlpack.from_dlpack"
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -198,8 +247,9 @@ class TensorflowProbe(Probe):
         address = pointer(obj)
         if address is not None and address % 64:
             return (
-                "imported memory that is not 64-byte aligned: the first TensorFlow "
-                "operation on it aborts the process"
+                f"TensorFlow imported memory that is only {min(64, address & -address)}-byte "
+                "aligned (it needs 64): its first operation on it would abort the process, "
+                "so the matrix counts the exchange as failed without touching it"
             )
         return None
 
@@ -225,6 +275,7 @@ class CupyProbe(Probe):
 
 class PyarrowProbe(Probe):
     name = "pyarrow"
+    native_name = "pyarrow.Array.from_dlpack"
 
     @classmethod
     def native_from_dlpack(cls, obj: Any) -> Any:
@@ -262,6 +313,19 @@ class ArrayApiStrictProbe(Probe):
 
 class TvmFfiProbe(Probe):
     name = "tvm_ffi"
+    native_untried = SUBBYTE
+    native_untried_reason = (
+        "tvm_ffi.from_dlpack refuses their padded capsules ('Subbyte type padded is not "
+        "yet supported') through an error path whose first use costs about a second (a "
+        "native backtrace through every loaded library), then falls back to a legacy "
+        "capsule it reads as bit-packed: wrong values"
+    )
+
+    @classmethod
+    def dtype_name(cls, obj: Any) -> str:
+        # Its ``.dtype`` raises for types it has no name for (complex: "unknown
+        # type_code=5"), and the first such error costs seconds: read the export.
+        return dlpack_dtype_name(obj)
 
     @classmethod
     def sample(cls, values: list[float], dtype_name: str) -> Any:
