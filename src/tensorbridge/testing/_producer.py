@@ -1,0 +1,697 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The producer side: ``__dlpack__``, ``__dlpack_device__`` and the C exchange table.
+
+Every probe takes ``make`` (see `check_producer`), makes fresh objects with it,
+exports them and reads what comes back with tensorbridge's own means: the capsule's
+struct without consuming it (`inspect_capsule`), its values through
+`tensorbridge.from_dlpack`, and the reference count of the exported object to see
+whether the producer's deleter ran.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import tensorbridge as tb
+from tensorbridge import _core
+from tensorbridge._devices import DLDeviceType
+from tensorbridge._dtypes import dtype_from_code
+from tensorbridge.testing._isolate import Probe
+from tensorbridge.testing._report import CheckResult, Status, worst
+
+__all__ = ["CASES", "PROBES"]
+
+_testing: Any = importlib.import_module("tensorbridge._testing")
+
+SPEC = "DLPack Python spec"
+HEADER = "dlpack.h 1.3"
+ARRAY_API = "Array API"
+
+READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
+_KNOWN_FLAGS = READ_ONLY | IS_COPIED | SUBBYTE_PADDED
+_DEVICE_TYPES = frozenset(int(d) for d in DLDeviceType)
+_MAX_VERSION = (1, 3)
+
+
+def _grid(dtype: Any = np.float32) -> np.ndarray:
+    return np.arange(12).reshape(3, 4).astype(dtype)
+
+
+def _read_only() -> np.ndarray:
+    a = _grid()
+    a.flags.writeable = False
+    return a
+
+
+#: What ``make(case=...)`` is asked for: each returns the NumPy array the producer's
+#: object must equal (values, dtype, shape; for "read-only" also not writable).
+CASES: dict[str, Callable[[], np.ndarray]] = {
+    "float32": _grid,
+    "float64": lambda: _grid(np.float64),
+    "float16": lambda: _grid(np.float16),
+    "int8": lambda: _grid(np.int8),
+    "int16": lambda: _grid(np.int16),
+    "int32": lambda: _grid(np.int32),
+    "int64": lambda: _grid(np.int64),
+    "uint8": lambda: _grid(np.uint8),
+    "uint16": lambda: _grid(np.uint16),
+    "uint32": lambda: _grid(np.uint32),
+    "uint64": lambda: _grid(np.uint64),
+    "bool": lambda: _grid() % 3 == 0,
+    "complex64": lambda: (_grid() + 1j * _grid()[::-1]).astype(np.complex64),
+    "complex128": lambda: _grid() + 1j * _grid()[::-1],
+    "0-d": lambda: np.array(7, dtype=np.float32),
+    "size-0": lambda: np.zeros((0, 3), dtype=np.float32),
+    "transposed": lambda: _grid().T,
+    "step-sliced": lambda: np.arange(48, dtype=np.float32).reshape(6, 8)[::2, ::3],
+    "negative-strides": lambda: _grid()[:, ::-1],
+    "offset-view": lambda: _grid()[1:, 1:],
+    "read-only": _read_only,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _takes_case(make: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(make).parameters
+    except (TypeError, ValueError):
+        return False
+    return "case" in params
+
+
+def _make(make: Callable[..., Any], case: str | None = None) -> Any:
+    """A fresh object; for a case, None when the library cannot make it."""
+    if case is None:
+        return make()
+    try:
+        obj = make(case=case)
+    except NotImplementedError:
+        return None
+    return obj
+
+
+def _cases(make: Callable[..., Any]) -> list[tuple[str | None, Any, np.ndarray | None]]:
+    """(case, object, expected array) for every case make can make, or the one default."""
+    if not _takes_case(make):
+        return [(None, make(), None)]
+    made: list[tuple[str | None, Any, np.ndarray | None]] = []
+    for case, expected in CASES.items():
+        obj = _make(make, case)
+        if obj is not None:
+            made.append((case, obj, expected()))
+    return made
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _export(x: Any, **kwargs: Any) -> Any:
+    return x.__dlpack__(**kwargs)
+
+
+def _call(kwargs: dict[str, Any]) -> str:
+    return "__dlpack__(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+
+
+def _device(x: Any) -> tuple[int, int] | None:
+    try:
+        kind, index = x.__dlpack_device__()
+        return int(kind), 0 if index is None else int(index)
+    except Exception:
+        return None
+
+
+def _pointer(info: dict[str, Any]) -> int:
+    return int(info["data"]) + int(info["byte_offset"])
+
+
+def _values(capsule: Any) -> np.ndarray:
+    """The values a capsule holds, copied out (consumes it)."""
+    t = tb.from_dlpack(capsule)
+    try:
+        return np.array(t, copy=True)
+    finally:
+        del t
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+
+
+def _is_cpu(x: Any) -> bool:
+    dev = _device(x)
+    return dev is not None and dev[0] == int(DLDeviceType.kDLCPU)
+
+
+def _result(name: str, status: Status, detail: str, clause: str) -> list[CheckResult]:
+    return [CheckResult(name, status, detail, clause)]
+
+
+class _Tally:
+    """Collects per-export verdicts of several checks, one result per check."""
+
+    def __init__(self, checks: dict[str, str]) -> None:
+        self.checks = checks
+        self.entries: dict[str, list[tuple[Status, str]]] = {name: [] for name in checks}
+
+    def add(self, check: str, status: Status, detail: str = "") -> None:
+        self.entries[check].append((status, detail))
+
+    def results(self) -> list[CheckResult]:
+        out = []
+        for name, clause in self.checks.items():
+            entries = self.entries[name]
+            if not entries:
+                out.append(CheckResult(name, "skip", "nothing to check", clause))
+                continue
+            status = worst(s for s, _ in entries)
+            if status == "pass":
+                detail = f"{len(entries)} export(s) checked"
+            else:
+                bad = [d for s, d in entries if s == status]
+                detail = "; ".join(bad[:6]) + (f" (+{len(bad) - 6} more)" if len(bad) > 6 else "")
+            out.append(CheckResult(name, status, detail, clause))
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# Probes
+
+
+def probe_device(make: Callable[..., Any]) -> list[CheckResult]:
+    name, clause = "producer.dlpack_device", f"{SPEC}: __dlpack_device__() -> (int enum, int)"
+    x = _make(make)
+    try:
+        answer = x.__dlpack_device__()
+    except Exception as exc:
+        return _result(name, "fail", f"__dlpack_device__() raised {_err(exc)}", clause)
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        return _result(name, "fail", f"__dlpack_device__() returned {answer!r}", clause)
+    kind, index = answer
+    problems = []
+    if not isinstance(kind, int) or isinstance(kind, bool) or int(kind) not in _DEVICE_TYPES:
+        problems.append(f"device type {kind!r} is not a DLDeviceType value")
+    if not isinstance(index, int) or isinstance(index, bool):
+        problems.append(f"device id {index!r} is not an int")
+    if problems:
+        return _result(name, "fail", f"returned {answer!r}: " + "; ".join(problems), clause)
+    try:
+        info = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+    except Exception:
+        info = None
+    if info is not None and "device" in info and info["device"] != (int(kind), int(index)):
+        detail = f"returned {answer!r} but the capsule says {info['device']}"
+        return _result(name, "fail", detail, clause)
+    return _result(name, "pass", f"returned {answer!r}", clause)
+
+
+def probe_legacy(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.max_version.none"
+    clause = f"{SPEC}: __dlpack__() without max_version returns a legacy 'dltensor' capsule"
+    x = _make(make)
+    try:
+        capsule = _export(x)
+    except BufferError as exc:
+        detail = f"__dlpack__() refused ({_err(exc)}): allowed, but pre-1.0 consumers lose it"
+        return _result(name, "warn", detail, clause)
+    except Exception as exc:
+        return _result(name, "fail", f"__dlpack__() raised {_err(exc)}", clause)
+    got = _capsule_name(capsule)
+    if got != "dltensor":
+        return _result(name, "fail", f"__dlpack__() returned a capsule named {got!r}", clause)
+    return _result(name, "pass", "legacy 'dltensor' capsule", clause)
+
+
+def _capsule_name(capsule: Any) -> str | None:
+    if not _core.is_capsule(capsule):
+        return f"<not a capsule: {type(capsule).__name__}>"
+    return str(_testing.capsule_name(capsule))
+
+
+def probe_versioned(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.max_version.1"
+    clause = f"{SPEC}: __dlpack__(max_version=(1, x)) returns a 'dltensor_versioned' capsule"
+    problems: list[tuple[Status, str]] = []
+    for request in ((1, 0), (1, 3), (1, 99)):
+        x = _make(make)
+        try:
+            capsule = _export(x, max_version=request)
+        except TypeError as exc:
+            problems.append(("fail", f"max_version={request}: {_err(exc)}"))
+            continue
+        except Exception as exc:
+            problems.append(("fail", f"max_version={request} raised {_err(exc)}"))
+            continue
+        got = _capsule_name(capsule)
+        if got == "dltensor":
+            problems.append(("warn", f"max_version={request} gave a legacy capsule"))
+            continue
+        if got != "dltensor_versioned":
+            problems.append(("fail", f"max_version={request} gave a capsule named {got!r}"))
+            continue
+        version = _core.inspect_capsule(capsule)["version"]
+        if version[0] != 1:
+            problems.append(("fail", f"max_version={request} gave version {version}"))
+    if not problems:
+        return _result(name, "pass", "versioned capsules for (1, 0), (1, 3) and (1, 99)", clause)
+    status = worst(s for s, _ in problems)
+    return _result(name, status, "; ".join(d for s, d in problems if s == status), clause)
+
+
+def probe_older_major(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.max_version.0"
+    clause = f"{SPEC}: max_version with an older major: a legacy capsule or BufferError"
+    x = _make(make)
+    try:
+        capsule = _export(x, max_version=(0, 8))
+    except BufferError:
+        return _result(name, "pass", "BufferError (legacy export not supported)", clause)
+    except Exception as exc:
+        return _result(name, "fail", f"max_version=(0, 8) raised {_err(exc)}", clause)
+    got = _capsule_name(capsule)
+    if got != "dltensor":
+        return _result(name, "fail", f"max_version=(0, 8) gave a capsule named {got!r}", clause)
+    return _result(name, "pass", "legacy capsule", clause)
+
+
+def probe_stream(make: Callable[..., Any]) -> list[CheckResult]:
+    name, clause = "producer.stream", f"{SPEC}: __dlpack__(stream=None) (the only CPU value)"
+    x = _make(make)
+    if not _is_cpu(x):
+        return _result(name, "skip", "not a CPU producer", clause)
+    try:
+        _export(x, stream=None, max_version=_MAX_VERSION)
+    except Exception as exc:
+        return _result(name, "fail", f"stream=None raised {_err(exc)}", clause)
+    return _result(name, "pass", "stream=None accepted", clause)
+
+
+def probe_dl_device(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.dl_device"
+    clause = f"{ARRAY_API} 2023.12: __dlpack__(dl_device=its own device) exports there"
+    x = _make(make)
+    dev = _device(x)
+    if dev is None:
+        return _result(name, "skip", "__dlpack_device__() gave no usable device", clause)
+    kwargs = {"max_version": _MAX_VERSION, "dl_device": dev}
+    try:
+        info = _core.inspect_capsule(_export(x, **kwargs))
+    except Exception as exc:
+        return _result(name, "fail", f"{_call(kwargs)} raised {_err(exc)}", clause)
+    if info.get("device") != dev:
+        detail = f"{_call(kwargs)} exported on {info.get('device')}"
+        return _result(name, "fail", detail, clause)
+    return _result(name, "pass", f"dl_device={dev} accepted", clause)
+
+
+def probe_copy_true(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.copy.true"
+    clause = f"{ARRAY_API} 2023.12: __dlpack__(copy=True) copies and sets IS_COPIED"
+    x = _make(make)
+    if not _is_cpu(x):
+        return _result(name, "skip", "not a CPU producer", clause)
+    kwargs = {"max_version": _MAX_VERSION, "copy": True}
+    try:
+        original = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+        capsule = _export(x, **kwargs)
+    except Exception as exc:
+        return _result(name, "fail", f"{_call(kwargs)} raised {_err(exc)}", clause)
+    info = _core.inspect_capsule(capsule)
+    problems = []
+    if _pointer(info) == _pointer(original) and info.get("data"):
+        problems.append("the export shares the object's memory")
+    if info["flags"] is not None and not info["flags"] & IS_COPIED:
+        problems.append(f"IS_COPIED is not set (flags={info['flags']})")
+    try:
+        same = _same(_values(capsule), _values(_export(x, max_version=_MAX_VERSION)))
+    except Exception as exc:
+        problems.append(f"the copy could not be read: {_err(exc)}")
+    else:
+        if not same:
+            problems.append("the copy's values differ from the object's")
+    if problems:
+        return _result(name, "fail", f"{_call(kwargs)}: " + "; ".join(problems), clause)
+    return _result(name, "pass", "new memory, IS_COPIED set, same values", clause)
+
+
+def probe_copy_false(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.copy.false"
+    clause = f"{ARRAY_API} 2023.12: __dlpack__(copy=False) never copies (BufferError instead)"
+    x = _make(make)
+    kwargs = {"max_version": _MAX_VERSION, "copy": False}
+    try:
+        original = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+        info = _core.inspect_capsule(_export(x, **kwargs))
+    except BufferError as exc:
+        return _result(name, "warn", f"{_call(kwargs)} refused: {_err(exc)}", clause)
+    except Exception as exc:
+        return _result(name, "fail", f"{_call(kwargs)} raised {_err(exc)}", clause)
+    problems = []
+    if _pointer(info) != _pointer(original):
+        problems.append("the export's memory differs from the default export's")
+    if info["flags"] is not None and info["flags"] & IS_COPIED:
+        problems.append("IS_COPIED is set")
+    if problems:
+        return _result(name, "fail", f"{_call(kwargs)}: " + "; ".join(problems), clause)
+    return _result(name, "pass", "same memory, IS_COPIED clear", clause)
+
+
+def probe_fresh(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.fresh_capsule"
+    clause = f"{SPEC}: each __dlpack__ call returns a new capsule, consumable on its own"
+    x = _make(make)
+    first = _export(x, max_version=_MAX_VERSION)
+    second = _export(x, max_version=_MAX_VERSION)
+    if first is second:
+        return _result(name, "fail", "two calls returned the same capsule object", clause)
+    if not _is_cpu(x):
+        return _result(name, "pass", "two capsule objects (values not read off the CPU)", clause)
+    values = _values(first)
+    del first
+    gc.collect(0)
+    try:
+        again = _values(second)
+    except Exception as exc:
+        detail = f"the second capsule could not be read after the first was released: {_err(exc)}"
+        return _result(name, "fail", detail, clause)
+    if not _same(values, again):
+        detail = "the second capsule's values changed once the first was consumed and released"
+        return _result(name, "fail", detail, clause)
+    return _result(name, "pass", "two capsules, each readable on its own", clause)
+
+
+_STRUCT_CHECKS = {
+    "producer.struct.version": f"{HEADER}: DLManagedTensorVersioned.version.major == 1",
+    "producer.struct.ndim_shape": f"{HEADER}: ndim >= 0; shape has ndim entries >= 0",
+    "producer.struct.dtype": f"{HEADER}: a known (code, bits, lanes) of the exported dtype",
+    "producer.struct.device": f"{SPEC}: the capsule's device is __dlpack_device__()",
+    "producer.struct.strides": f"{HEADER}: strides non-NULL when ndim != 0 (from 1.2)",
+    "producer.struct.byte_offset": f"{HEADER}: data + byte_offset addresses element 0",
+    "producer.struct.data": f"{HEADER}: data NULL only for size 0 (where it should be NULL)",
+    "producer.struct.flags": f"{HEADER}: flags hold only READ_ONLY, IS_COPIED, PADDED",
+    "producer.values": f"{SPEC}: the export describes the object's elements",
+}
+
+
+def _check_struct(
+    tally: _Tally,
+    label: str,
+    info: dict[str, Any],
+    device: tuple[int, int] | None,
+    expected: np.ndarray | None,
+) -> bool:
+    """Check one export's fields; True when they are sound enough to read its values."""
+    sound = True
+    if info["version"] is not None:
+        if info["version"][0] == 1:
+            tally.add("producer.struct.version", "pass")
+        else:
+            tally.add("producer.struct.version", "fail", f"{label}: version {info['version']}")
+            return False
+        flags = info["flags"]
+        if flags & ~_KNOWN_FLAGS:
+            tally.add("producer.struct.flags", "fail", f"{label}: unknown flag bits {flags:#x}")
+        else:
+            tally.add("producer.struct.flags", "pass")
+    ndim, shape, strides = info["ndim"], info.get("shape"), info.get("strides")
+    if not 0 <= ndim <= 64:
+        tally.add("producer.struct.ndim_shape", "fail", f"{label}: ndim {ndim}")
+        return False
+    if ndim and shape is None:
+        tally.add("producer.struct.ndim_shape", "fail", f"{label}: NULL shape with ndim {ndim}")
+        return False
+    shape = shape or ()
+    if any(n < 0 for n in shape):
+        tally.add("producer.struct.ndim_shape", "fail", f"{label}: shape {shape}")
+        sound = False
+    elif expected is not None and tuple(shape) != expected.shape:
+        detail = f"{label}: shape {tuple(shape)}, expected {expected.shape}"
+        tally.add("producer.struct.ndim_shape", "fail", detail)
+    else:
+        tally.add("producer.struct.ndim_shape", "pass")
+    code, bits, lanes = info["dtype"]
+    dtype = dtype_from_code(code, bits)
+    if dtype is None or (lanes != 1 and not (code == 17 and bits == 4 and lanes == 2)):
+        tally.add("producer.struct.dtype", "fail", f"{label}: unknown dtype {info['dtype']}")
+        sound = False
+    elif expected is not None and dtype.name != expected.dtype.name:
+        detail = f"{label}: dtype {dtype.name}, expected {expected.dtype.name}"
+        tally.add("producer.struct.dtype", "fail", detail)
+    else:
+        tally.add("producer.struct.dtype", "pass")
+    if info["device"][0] not in _DEVICE_TYPES:
+        tally.add("producer.struct.device", "fail", f"{label}: unknown device {info['device']}")
+        sound = False
+    elif device is not None and info["device"] != device:
+        detail = f"{label}: device {info['device']}, __dlpack_device__() {device}"
+        tally.add("producer.struct.device", "fail", detail)
+    else:
+        tally.add("producer.struct.device", "pass")
+    version = info["version"]
+    if ndim and strides is None and version is not None and version >= (1, 2):
+        detail = f"{label}: NULL strides in a {version[0]}.{version[1]} export"
+        tally.add("producer.struct.strides", "fail", detail)
+    else:
+        tally.add("producer.struct.strides", "pass")
+    offset, data = int(info["byte_offset"]), int(info["data"])
+    if offset >= 1 << 56 or data + offset >= 1 << 64:
+        tally.add("producer.struct.byte_offset", "fail", f"{label}: byte_offset {offset}")
+        sound = False
+    else:
+        tally.add("producer.struct.byte_offset", "pass")
+    size = int(np.prod(shape)) if ndim else 1
+    if data == 0 and size > 0 and offset == 0:
+        tally.add("producer.struct.data", "fail", f"{label}: NULL data for {size} element(s)")
+        sound = False
+    elif data != 0 and size == 0:
+        tally.add("producer.struct.data", "warn", f"{label}: non-NULL data for size 0")
+    else:
+        tally.add("producer.struct.data", "pass")
+    return sound
+
+
+def probe_struct(make: Callable[..., Any]) -> list[CheckResult]:
+    tally = _Tally(_STRUCT_CHECKS)
+    for case, x, expected in _cases(make):
+        device = _device(x)
+        cpu = device is not None and device[0] == int(DLDeviceType.kDLCPU)
+        seen: dict[str, np.ndarray] = {}
+        for kind, kwargs in (("versioned", {"max_version": _MAX_VERSION}), ("legacy", {})):
+            label = f"{case or 'make()'}, {kind}"
+            try:
+                capsule = _export(x, **kwargs)
+            except Exception:
+                continue  # graded by the keyword and read-only checks
+            if _capsule_name(capsule) not in ("dltensor", "dltensor_versioned"):
+                continue
+            info = _core.inspect_capsule(capsule)
+            if not _check_struct(tally, label, info, device, expected) or not cpu:
+                continue
+            try:
+                values = _values(capsule)
+            except Exception as exc:
+                tally.add("producer.values", "fail", f"{label}: unreadable: {_err(exc)}")
+                continue
+            if expected is not None and not _same(values, expected):
+                tally.add("producer.values", "fail", f"{label}: {values.tolist()!r:.120}")
+            else:
+                tally.add("producer.values", "pass")
+            seen[kind] = values
+        if expected is None and len(seen) == 2 and not _same(seen["versioned"], seen["legacy"]):
+            tally.add("producer.values", "fail", "the legacy and versioned exports differ")
+    return tally.results()
+
+
+def probe_read_only(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.read_only"
+    clause = f"{HEADER}: READ_ONLY set when the source is read-only (legacy: refuse)"
+    if _takes_case(make):
+        x = _make(make, "read-only")
+        if x is None:
+            return _result(name, "skip", "make(case='read-only') is not supported", clause)
+    else:
+        x = _make(make)
+        if getattr(getattr(x, "flags", None), "writeable", None) is not False:
+            detail = "make() gives no read-only object (take case= to be asked for one)"
+            return _result(name, "skip", detail, clause)
+    problems: list[tuple[Status, str]] = []
+    try:
+        info = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+    except Exception as exc:
+        problems.append(("fail", f"versioned export raised {_err(exc)}"))
+    else:
+        if info["flags"] is None:
+            problems.append(("warn", "versioned export asked, a legacy capsule given"))
+        elif not info["flags"] & READ_ONLY:
+            problems.append(("fail", f"versioned export without READ_ONLY (flags={info['flags']})"))
+    try:
+        capsule = _export(x)
+    except BufferError:
+        pass
+    except Exception as exc:
+        problems.append(("fail", f"legacy export raised {_err(exc)}, not BufferError"))
+    else:
+        if _capsule_name(capsule) == "dltensor":
+            problems.append(("warn", "exported as a legacy capsule, which cannot say read-only"))
+    if not problems:
+        return _result(name, "pass", "READ_ONLY set; legacy export refused", clause)
+    status = worst(s for s, _ in problems)
+    return _result(name, status, "; ".join(d for s, d in problems if s == status), clause)
+
+
+def _references(x: Any) -> int:
+    gc.collect(0)
+    return sys.getrefcount(x)
+
+
+def probe_deleter_unconsumed(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.deleter.unconsumed"
+    clause = f"{SPEC}: an unconsumed capsule's destructor calls the deleter once"
+    x = _make(make)
+    base = _references(x)
+    capsule = _export(x, max_version=_MAX_VERSION)
+    if _references(x) <= base:
+        detail = "the export holds no reference to the object, so its release cannot be seen"
+        return _result(name, "skip", detail, clause)
+    del capsule
+    left = _references(x) - base
+    if left > 0:
+        detail = "dropping an unconsumed capsule did not release the object (a leak)"
+        return _result(name, "fail", detail, clause)
+    if left < 0:
+        detail = "dropping an unconsumed capsule released more than it held (deleter twice?)"
+        return _result(name, "fail", detail, clause)
+    return _result(name, "pass", "released when the capsule died", clause)
+
+
+def probe_deleter_once(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.deleter.once"
+    clause = f"{SPEC}: a consumed capsule's destructor does nothing; the deleter runs once"
+    x = _make(make)
+    base = _references(x)
+    capsule = _export(x, max_version=_MAX_VERSION)
+    held = _references(x) - base
+    if held <= 0:
+        detail = "the export holds no reference to the object, so its release cannot be seen"
+        return _result(name, "skip", detail, clause)
+    t = tb.from_dlpack(capsule)
+    del capsule
+    if _references(x) - base != held:
+        detail = "the destructor of a consumed (used_*) capsule released the object"
+        return _result(name, "fail", detail, clause)
+    del t
+    left = _references(x) - base
+    if left > 0:
+        detail = "the consumer called the deleter but the object was not released (a leak)"
+        return _result(name, "fail", detail, clause)
+    if left < 0:
+        return _result(name, "fail", "the object was released more than once", clause)
+    return _result(name, "pass", "released once, by the consumer's deleter call", clause)
+
+
+class _ExchangeAPI(ctypes.Structure):
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("current_work_stream", ctypes.c_void_p),
+    ]
+
+
+_MANDATORY = (
+    "managed_tensor_allocator",
+    "managed_tensor_from_py_object_no_sync",
+    "managed_tensor_to_py_object_no_sync",
+    "current_work_stream",
+)
+
+
+def _capsule_pointer(capsule: Any, name: bytes) -> int | None:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    try:
+        return get(capsule, name) or None
+    except ValueError:
+        return None
+
+
+def probe_exchange_api(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.c_exchange_api"
+    clause = f"{HEADER}: type(x).__dlpack_c_exchange_api__ (a 'dlpack_exchange_api' capsule)"
+    x = _make(make)
+    api = getattr(type(x), "__dlpack_c_exchange_api__", None)
+    if api is None:
+        if getattr(type(x), "__c_dlpack_exchange_api__", None) is not None:
+            detail = "only the DLPack 1.2 attribute __c_dlpack_exchange_api__"
+            return _result(name, "warn", detail, clause)
+        return _result(name, "skip", "the type has no C exchange table", clause)
+    if not _core.is_capsule(api) or _capsule_name(api) != "dlpack_exchange_api":
+        detail = f"the attribute is {type(api).__name__} {_capsule_name(api)!r}"
+        return _result(name, "fail", detail, clause)
+    address = _capsule_pointer(api, b"dlpack_exchange_api")
+    if address is None:
+        return _result(name, "fail", "the capsule holds a NULL pointer", clause)
+    table = _ExchangeAPI.from_address(address)
+    if table.major != 1:
+        detail = f"table version {table.major}.{table.minor} (major 1 is required here)"
+        return _result(name, "fail", detail, clause)
+    missing = [f for f in _MANDATORY if not getattr(table, f)]
+    if missing:
+        return _result(name, "fail", "NULL mandatory functions: " + ", ".join(missing), clause)
+    problems = []
+    try:
+        want = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+        got = _core.inspect_capsule(_testing.table_from_py(x))
+        for key in ("ndim", "dtype", "device", "shape"):
+            if got.get(key) != want.get(key):
+                problems.append(f"from_py: {key} {got.get(key)} vs __dlpack__ {want.get(key)}")
+        if _is_cpu(x):
+            values = _values(_export(x, max_version=_MAX_VERSION))
+            if not _same(_values(_testing.table_from_py(x)), values):
+                problems.append("from_py: values differ from __dlpack__'s")
+            back = _testing.table_to_py(x, _export(x, max_version=_MAX_VERSION))
+            if not isinstance(back, type(x)):
+                problems.append(f"to_py returned a {type(back).__name__}")
+            elif not _same(_values(_export(back, max_version=_MAX_VERSION)), values):
+                problems.append("to_py: the object's values differ")
+            _testing.table_stream(x, int(DLDeviceType.kDLCPU), 0)
+    except Exception as exc:
+        problems.append(f"a round trip raised {_err(exc)}")
+    if problems:
+        return _result(name, "fail", "; ".join(problems), clause)
+    return _result(name, "pass", f"version {table.major}.{table.minor}; round trips", clause)
+
+
+PROBES = [
+    Probe("producer.dlpack_device", f"{SPEC}: __dlpack_device__", probe_device),
+    Probe("producer.max_version.none", f"{SPEC}: __dlpack__()", probe_legacy),
+    Probe("producer.max_version.1", f"{SPEC}: __dlpack__(max_version)", probe_versioned),
+    Probe("producer.max_version.0", f"{SPEC}: __dlpack__(max_version)", probe_older_major),
+    Probe("producer.stream", f"{SPEC}: __dlpack__(stream)", probe_stream),
+    Probe("producer.dl_device", f"{ARRAY_API}: __dlpack__(dl_device)", probe_dl_device),
+    Probe("producer.copy.true", f"{ARRAY_API}: __dlpack__(copy=True)", probe_copy_true),
+    Probe("producer.copy.false", f"{ARRAY_API}: __dlpack__(copy=False)", probe_copy_false),
+    Probe("producer.fresh_capsule", f"{SPEC}: one capsule per call", probe_fresh),
+    Probe("producer.struct", f"{HEADER}: DLTensor fields", probe_struct),
+    Probe("producer.read_only", f"{HEADER}: READ_ONLY", probe_read_only),
+    Probe("producer.deleter.unconsumed", f"{SPEC}: capsule destructor", probe_deleter_unconsumed),
+    Probe("producer.deleter.once", f"{SPEC}: deleter called once", probe_deleter_once),
+    Probe("producer.c_exchange_api", f"{HEADER}: DLPackExchangeAPI", probe_exchange_api),
+]

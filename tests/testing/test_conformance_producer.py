@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tensorbridge.testing.check_producer: each check fails on a producer that breaks its
+rule, and tensorbridge's own producer passes every check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from needs import needs
+from testing import subjects as s
+
+import tensorbridge.testing as tbt
+
+
+def test_tensorbridge_passes_every_check_isolated():
+    report = tbt.check_producer(s.tensorbridge_tensor)
+    assert report.ok, str(report)
+    assert {r.status for r in report.results} == {"pass"}, str(report)
+    assert report.name == "testing.subjects:tensorbridge_tensor"
+    tbt.assert_conformant_producer(s.tensorbridge_tensor, isolate=False)
+
+
+def test_numpy_graded():
+    report = tbt.check_producer(s.numpy_array)
+    # What NumPy 2.4 shows: no C exchange table, non-NULL data for size 0.
+    assert report.ok, str(report)
+    assert report["producer.c_exchange_api"].status == "skip"
+    assert report["producer.struct.data"].status in ("pass", "warn")
+
+
+BROKEN = [
+    (s.DeviceNone, "producer.dlpack_device"),
+    (s.AlwaysVersioned, "producer.max_version.none"),
+    (s.NoMaxVersion, "producer.max_version.1"),
+    (s.NoStream, "producer.stream"),
+    (s.NoDlDevice, "producer.dl_device"),
+    (s.CopyIgnored, "producer.copy.true"),
+    (s.CopyFalseCopies, "producer.copy.false"),
+    (s.SameCapsule, "producer.fresh_capsule"),
+    (s.WrongValues, "producer.values"),
+    (s.DropsReadOnly, "producer.read_only"),
+    (s.NullFunctionTable, "producer.c_exchange_api"),
+    (s.WrongNameTable, "producer.c_exchange_api"),
+]
+
+BROKEN_STRUCT = [
+    (s.NullStrides, "producer.struct.strides"),
+    (s.Version2, "producer.struct.version"),
+    (s.UnknownDType, "producer.struct.dtype"),
+    (s.WrongDevice, "producer.struct.device"),
+    (s.NegativeNdim, "producer.struct.ndim_shape"),
+    (s.NullData, "producer.struct.data"),
+    (s.UnknownFlags, "producer.struct.flags"),
+    (s.Leaky, "producer.deleter.unconsumed"),
+    (s.Leaky, "producer.deleter.once"),
+]
+
+
+@pytest.mark.parametrize(("cls", "check"), BROKEN, ids=[c for _, c in BROKEN])
+def test_check_fails_on_a_producer_breaking_it(cls, check):
+    report = tbt.check_producer(s.wrapped(cls), isolate=False)
+    assert report[check].status == "fail", str(report)
+
+
+@pytest.mark.parametrize(("cls", "check"), BROKEN_STRUCT, ids=[c for _, c in BROKEN_STRUCT])
+def test_struct_check_fails_on_a_producer_breaking_it(cls, check):
+    report = tbt.check_producer(s.float32_only(cls), isolate=False)
+    assert report[check].status == "fail", str(report)
+
+
+def test_a_wrapper_that_breaks_nothing_passes():
+    report = tbt.check_producer(s.wrapped(s.Wrapped), isolate=False)
+    assert report.ok, str(report)
+    # the export holds the Tensor, not the wrapper: the deleter cannot be watched
+    assert report["producer.deleter.once"].status == "skip"
+
+
+def test_assert_lists_every_failure():
+    with pytest.raises(AssertionError) as info:
+        tbt.assert_conformant_producer(s.float32_only(s.NullData), isolate=False)
+    assert "producer.struct.data" in str(info.value)
+
+
+def test_a_crash_fails_the_probe_and_the_run_goes_on():
+    report = tbt.check_producer(s.aborts_on_copy)
+    assert report["producer.copy.true"].status == "fail"
+    assert "SIGABRT" in report["producer.copy.true"].detail
+    assert report["producer.fresh_capsule"].status == "pass"  # a later probe ran
+
+
+def test_a_hang_fails_the_probe():
+    report = tbt.check_producer(s.hangs_on_stream, timeout=3)
+    assert report["producer.stream"].status == "fail"
+    assert "hung" in report["producer.stream"].detail
+    assert report["producer.copy.true"].status == "pass"
+
+
+def test_a_lambda_runs_in_process_with_a_warning():
+    report = tbt.check_producer(lambda: s.tensorbridge_tensor())
+    assert report["producer.isolation"].status == "warn"
+    assert report.ok
+
+
+def test_report_text_and_json():
+    report = tbt.check_producer(s.float32_only(s.NullData), isolate=False, name="nulldata")
+    text = str(report)
+    assert text.startswith("DLPack producer conformance of nulldata:")
+    assert "FAIL  producer.struct.data" in text
+    data = json.loads(report.to_json())
+    assert data["ok"] is False and data["kind"] == "producer"
+    assert {"name", "status", "detail", "clause"} <= set(data["results"][0])
+
+
+@needs("torch")
+def test_torch_graded():
+    report = tbt.check_producer("testing.subjects:torch_tensor")
+    # torch 2.13 copies for copy=True without setting IS_COPIED (digest pitfall 47)
+    assert report["producer.copy.true"].status == "fail", str(report)
+    assert report["producer.c_exchange_api"].status == "pass", str(report)
