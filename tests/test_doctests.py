@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The examples in the docs run: every ``>>>`` example of a docstring in the package
 (the compiled core's included, which Cython embeds) and of the Markdown documents
-(README.md, CONTRIBUTING.md, docs/*.md) is a doctest, and its output must match.
+(README.md, CONTRIBUTING.md, docs/**/*.md outside the built site docs/_build) is a
+doctest, and its output must match.
 
 Collection does not rely on ``doctest.DocTestFinder`` alone: it finds the functions
 and methods of an extension module (Cython's cyfunctions) but not the properties of a
@@ -33,7 +34,11 @@ from tensorbridge._frameworks import FRAMEWORKS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "tensorbridge"
-DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.relative_to(ROOT).parts[1] != "_build"),
+]
 FLAGS = doctest.ELLIPSIS
 
 # A fenced Markdown block: its opening fence, info string, body and closing fence.

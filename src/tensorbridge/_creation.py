@@ -95,6 +95,8 @@ def asarray(
 
     Parameters
     ----------
+    obj : object
+        What to read: any of the inputs above.
     dtype : dtype-like, optional
         The result's dtype; a different dtype than the source's means a copy.
     device : device-like, optional
@@ -102,6 +104,12 @@ def asarray(
     copy : bool, optional
         ``True``: always new memory. ``False``: never copy (ValueError when a copy
         would be needed). ``None``: copy only when needed.
+
+    Returns
+    -------
+    Tensor
+        Sharing ``obj``'s memory where it can (``obj`` itself when it is a Tensor and
+        nothing is asked of it), else in new memory.
 
     Raises
     ------

@@ -78,6 +78,10 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
         ``"tensorbridge"``, or that framework's module.
     dtype : dtype-like, optional
         The result's dtype (a cast, so a copy); by default the source's.
+    device : device-like, optional
+        Where the data already is (or ``"cpu"`` for host-accessible memory such as
+        CUDA pinned memory); tensorbridge does not move data between devices, so any
+        other device is a BufferError.
     copy : bool, optional
         ``None``: copy only when the target cannot take the data as it is.
         ``True``: always a copy. ``False``: never; BufferError saying what the target
@@ -101,10 +105,11 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
 
     Returns
     -------
-    The target framework's array, with the source's values, shape and dtype (or
-    ``dtype``). Read-only sources stay read-only where the target can say so. One of
-    the target's own arrays with nothing to change is returned itself, as
-    ``torch.asarray`` and ``numpy.asarray`` do.
+    object
+        The target framework's array, with the source's values, shape and dtype (or
+        ``dtype``). Read-only sources stay read-only where the target can say so. One
+        of the target's own arrays with nothing to change is returned itself, as
+        ``torch.asarray`` and ``numpy.asarray`` do.
 
     Examples
     --------
