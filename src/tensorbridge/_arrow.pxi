@@ -175,10 +175,11 @@ cdef int _arrow_shape(ArrowSchema* schema, DLDataType* dt, int64_t* inner,
                 "equivalent; "
                 "decode it first (e.g. .dictionary_decode())")
         if strncmp(fmt, b"+w:", 3) == 0:
-            try:
-                width = int(fmt[3:strlen(fmt)].decode("ascii"))
-            except ValueError:
-                raise BufferError(f"malformed Arrow format string {fmt!r}") from None
+            digits = fmt[3:strlen(fmt)]
+            # (plain decimal digits only: int() would also take "+7", " 7" and "1_0")
+            if not 0 < len(digits) <= 18 or not digits.isdigit():
+                raise BufferError(f"malformed Arrow format string {fmt!r}")
+            width = int(digits)
             if width < 0 or schema.n_children != 1 or schema.children == NULL:
                 raise BufferError(f"malformed Arrow fixed-size list schema ({fmt!r})")
             if ndim[0] >= TB_MAX_NDIM:
@@ -200,6 +201,11 @@ cdef int64_t _count_nulls(ArrowArray* a, int64_t start, int64_t n) except -1:
     if a.null_count == 0 or n == 0:
         return 0
     if a.n_buffers < 1 or a.buffers == NULL or a.buffers[0] == NULL:
+        if a.null_count > 0:
+            # The interface allows no bitmap only with null_count 0 (or -1, unknown).
+            raise BufferError(
+                f"the Arrow array says it holds {a.null_count} nulls but has no validity "
+                "bitmap (a malformed array: its producer is at fault)")
         return 0   # no validity bitmap: all valid
     if a.null_count > 0 and start == a.offset and n == a.length:
         return a.null_count
@@ -386,6 +392,8 @@ def import_arrow_stream(stream_capsule, bint allow_copy):
             if row_bytes:
                 memcpy(<uint8_t*>out._data + done, t._data, <size_t>row_bytes)
             done += row_bytes
+        if not tensors:
+            out._flags = TB_FLAG_READ_ONLY   # (as a stream's one chunk is: one rule)
         return out, bool(tensors)
     finally:
         if schema.release != NULL:

@@ -23,6 +23,7 @@ from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
 from tensorbridge._errors import said_by
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 from tensorbridge._frameworks.base import writable_view
+from tensorbridge._known_types import repeatable_arrow_stream
 from tensorbridge._targets import TargetName
 
 __all__ = ["Plan", "TargetName", "convert_general", "explain"]
@@ -119,6 +120,18 @@ def _read_plain(obj: Any, api: str, must_copy: Any) -> Tensor:
         and not hasattr(type(obj), "__dlpack__")
         and _creation.is_arrow_source(obj)
     ):
+        if (
+            api == "explain()"
+            and not hasattr(type(obj), "__arrow_c_array__")
+            and not repeatable_arrow_stream(type(obj))
+        ):
+            raise TypeError(
+                f"explain(): {type(obj).__module__}.{type(obj).__qualname__} offers only "
+                "an Arrow stream (__arrow_c_stream__), which may be readable only once: "
+                "explain cannot look at it without consuming it. convert reads it (shared "
+                "when it holds one chunk, joined into new memory when it holds several); "
+                "or collect it first, e.g. pyarrow.chunked_array(stream), and explain that"
+            )
         arrow = _creation.from_arrow(obj, None, api)
         if arrow is not None:
             tensor, why = arrow

@@ -222,20 +222,31 @@ def from_arrow(
     of columns), which is read another way. ``copy=False`` refuses a copy."""
     name = _type_name(obj)
     kind = type(obj)
+    array = hasattr(kind, "__arrow_c_array__")
+    method = "__arrow_c_array__" if array else "__arrow_c_stream__"
     try:
-        if hasattr(kind, "__arrow_c_array__"):
-            method = "__arrow_c_array__"
-            capsules = obj.__arrow_c_array__()
-            result = _core.import_arrow_array(*capsules)
-        else:
-            method = "__arrow_c_stream__"
-            result = _core.import_arrow_stream(obj.__arrow_c_stream__(), copy is not False)
-    except ValueError as exc:  # (copy=False and several chunks)
-        raise ValueError(f"{api}: {name}: {exc}") from None
-    except BufferError as exc:
-        raise BufferError(f"{api}: {name}: {exc}") from None
+        capsules = obj.__arrow_c_array__() if array else obj.__arrow_c_stream__()
     except Exception as exc:  # the producer's own failure
         raise BufferError(f"{api}: {name}.{method}() raised {type(exc).__name__}: {exc}") from exc
+    try:
+        if array:
+            if not isinstance(capsules, tuple) or len(capsules) != 2:
+                raise BufferError(
+                    f"{method}() gave {type(capsules).__name__}, not a (schema, array) "
+                    "pair of capsules"
+                )
+            result = _core.import_arrow_array(*capsules)
+        else:
+            result = _core.import_arrow_stream(capsules, copy is not False)
+    except BufferError as exc:
+        raise BufferError(f"{api}: {name}: {exc}") from None
+    except ValueError as exc:
+        if str(exc).startswith("copy=False"):  # (several chunks: joining is a copy)
+            raise ValueError(f"{api}: {name}: {exc}") from None
+        # PyCapsule_GetPointer's: a capsule of the wrong name
+        raise BufferError(
+            f"{api}: {name}.{method}() gave capsules that are not the Arrow interface's ({exc})"
+        ) from None
     if result is None:
         return None
     tensor, copied = result

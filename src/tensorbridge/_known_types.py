@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Facts about other frameworks that tensorbridge needs before it touches them,
 read from type and module names (no framework is imported): which producer types
-are immutable (computed once per type and cached by the compiled core), and which
-import orders crash the process."""
+are immutable (computed once per type and cached by the compiled core), which Arrow
+streams can be asked again, and which import orders crash the process."""
 
 from __future__ import annotations
 
-__all__ = ["check_import_order", "immutable_type"]
+__all__ = ["check_import_order", "immutable_type", "repeatable_arrow_stream"]
 
 #: Top-level modules whose every DLPack-exporting type is immutable: JAX arrays
 #: (JAX exports legacy capsules without READ_ONLY, yet writing through one changes
@@ -24,6 +24,27 @@ def immutable_type(cls: type) -> bool:
         if top in _IMMUTABLE_MODULES or (top, klass.__name__) in _IMMUTABLE_NAMES:
             return True
     return False
+
+
+#: Types whose ``__arrow_c_stream__`` makes a new stream over the same data at every
+#: call. Any other stream may be a one-shot reader (``pyarrow.RecordBatchReader``,
+#: nanoarrow's ``ArrayStream``): asking it consumes it.
+_REPEATABLE_STREAMS = frozenset(
+    {
+        ("pyarrow", "ChunkedArray"),
+        ("pyarrow", "Table"),
+        ("pyarrow", "RecordBatch"),
+        ("polars", "Series"),
+        ("polars", "DataFrame"),
+    }
+)
+
+
+def repeatable_arrow_stream(cls: type) -> bool:
+    """True when ``cls.__arrow_c_stream__`` can be called again without consuming
+    the object (a one-shot stream can be read only once)."""
+    top = (getattr(cls, "__module__", None) or "").partition(".")[0]
+    return (top, cls.__name__) in _REPEATABLE_STREAMS
 
 
 def check_import_order(module_name: str) -> None:

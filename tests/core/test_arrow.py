@@ -82,7 +82,10 @@ class Producer:
     made without destructors: the producer keeps its structs, so what the consumer
     releases is seen here (and the consumer must release exactly what it took)."""
 
-    def __init__(self, *chunks, fmt=b"i", offset=0, children=None, stream_error=None):
+    def __init__(
+        self, *chunks, fmt=b"i", offset=0, children=None, stream_error=None, null_count=None
+    ):
+        self.null_count = null_count  # what the arrays claim (None: the true count)
         self.released = []  # what was released, in order: ("array", i) / ("schema",)
         self.keep = []
         self.fmt, self.offset = fmt, offset
@@ -116,7 +119,7 @@ class Producer:
         )
         buffers = (ctypes.c_void_p * 2)(None, ctypes.addressof(data))
         nulls = sum(v is None for v in values)
-        if nulls:
+        if nulls or self.null_count == -1:  # (-1: a bitmap whose count is not computed)
             bits = bytearray((len(values) + self.offset + 7) // 8)
             for i, v in enumerate(values):
                 if v is not None:
@@ -125,7 +128,8 @@ class Producer:
             buffers[0] = ctypes.addressof(bitmap)
             self.keep.append((bits, bitmap))
         a = out if out is not None else ArrowArray()
-        a.length, a.null_count, a.offset = len(values), nulls, self.offset
+        claimed = nulls if self.null_count is None else self.null_count
+        a.length, a.null_count, a.offset = len(values), claimed, self.offset
         a.n_buffers, a.n_children, a.buffers = 2, 0, buffers
         a.children, a.dictionary = None, None
         a.release, a.private_data = self._release_array, index + 1
@@ -200,10 +204,20 @@ def test_nulls_are_refused_with_the_count_and_the_fix_and_nothing_leaks():
 
 
 def test_nulls_outside_the_slice_do_not_count():
-    # (a null_count of -1 means "not computed": the bitmap is read for the range)
-    p = Producer([7, 8], offset=1)
-    t = tb.asarray(p)
-    assert t.tolist() == [7, 8]
+    # null_count -1 means "not computed": the bitmap is read for the range, and the
+    # element before the offset, whose bit is 0 (a null), is not in it.
+    p = Producer([7, 8], offset=1, null_count=-1)
+    assert tb.asarray(p).tolist() == [7, 8]
+    with pytest.raises(BufferError, match="holds 1 null"):
+        tb.asarray(Producer([7, None], offset=1, null_count=-1))
+
+
+def test_a_null_count_without_a_bitmap_is_a_malformed_array():
+    p = Producer([1, 2, 3], null_count=1)  # no None: no bitmap, yet one null claimed
+    with pytest.raises(BufferError, match="says it holds 1 nulls but has no validity bitmap"):
+        tb.asarray(p)
+    gc.collect()
+    assert p.released == [("array", 1)]
 
 
 @pytest.mark.parametrize(
@@ -244,6 +258,23 @@ def test_a_stream_of_one_chunk_is_shared_and_of_several_is_joined():
 def test_an_empty_stream_is_an_empty_tensor_of_its_type():
     t = tb.asarray(StreamOnly(Producer()), copy=False)
     assert t.shape == (0,) and t.dtype == tb.int32
+    assert t.readonly  # as a stream of one chunk is
+
+
+def test_explain_does_not_consume_a_one_shot_stream():
+    class OneShot:
+        def __init__(self):
+            self.asked = 0
+
+        def __arrow_c_stream__(self, requested_schema=None):
+            self.asked += 1
+            return Producer([1, 2]).__arrow_c_stream__(requested_schema)
+
+    s = OneShot()
+    with pytest.raises(TypeError, match=r"^explain\(\): .*OneShot offers only an Arrow stream"):
+        tb.explain(s, "numpy")
+    assert s.asked == 0
+    assert tb.convert(s, "numpy").tolist() == [1, 2]
 
 
 def test_a_failing_stream_says_its_own_error():
@@ -310,3 +341,21 @@ def test_polars_series_and_frames():
     with pytest.raises(BufferError, match=r"polars\.Series: a string"):
         tb.asarray(pl.Series(["a"]))
     assert tb.convert(s, "numpy").tolist() == [1.0, 2.0, 3.0]
+
+
+def test_capsules_of_the_wrong_kind_are_the_producers_fault_not_a_copy_refusal():
+    class Swapped(Producer):
+        def __arrow_c_array__(self, requested_schema=None):
+            schema, array = super().__arrow_c_array__(requested_schema)
+            return array, schema
+
+    with pytest.raises(
+        BufferError, match=r"Swapped.__arrow_c_array__\(\) gave capsules that are not"
+    ):
+        tb.asarray(Swapped([1]))
+
+
+@pytest.mark.parametrize("width", [b"99999999999999999999", b"+2", b" 2", b"1_0", b""])
+def test_a_malformed_fixed_size_list_width_is_refused(width):
+    with pytest.raises(BufferError, match="malformed Arrow format string"):
+        tb.asarray(Producer([1], fmt=b"+w:" + width))
