@@ -188,15 +188,31 @@ def test_conflicting_outputs_are_refused():
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
 
 
-def test_a_closed_pipe_ends_quietly():
-    command = (
-        f'"{sys.executable}" -m tensorbridge --frameworks numpy --no-timing --dtypes | head -1'
-    )
+@pytest.mark.parametrize(
+    "args",
+    ["--frameworks numpy --no-timing --dtypes", "inspect 'np.arange(100).reshape(10, 10)'"],
+)
+def test_a_closed_pipe_ends_quietly(args):
+    command = f'"{sys.executable}" -m tensorbridge {args} | head -1'
     result = subprocess.run(
         ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=600
     )
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
+
+
+def test_frameworks_naming_nothing_is_an_error():
+    result = cli("--frameworks", " , ")
+    assert result.returncode == 2 and "names no framework" in result.stderr
+
+
+def test_a_profiler_still_gets_its_results(tmp_path):
+    # The console entry ends with os._exit, except under a profiler (or coverage).
+    out = tmp_path / "profile.out"
+    command = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "tensorbridge", "--version"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size > 0
 
 
 def test_version():

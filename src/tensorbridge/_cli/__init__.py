@@ -39,11 +39,14 @@ def _wanted(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[list[
     from tensorbridge._cli import matrix
     from tensorbridge._frameworks import ALIASES, FRAMEWORKS
 
-    if not args.frameworks:
+    if args.frameworks is None:
         return None, 0
     status = 0
     given = [n.strip() for n in args.frameworks.split(",") if n.strip()]
-    # The names convert takes, aliases included ("pytorch", "np", "jnp"...).
+    if not given:
+        say(f"--frameworks {args.frameworks!r} names no framework")
+        return [], 2
+    # The names convert takes, aliases included ("pytorch", "np"...).
     wanted = [ALIASES.get(n, n) for n in given]
     unknown = sorted(g for g, n in zip(given, wanted, strict=True) if n not in FRAMEWORKS)
     if unknown:
@@ -214,21 +217,8 @@ def run(argv: list[str]) -> int:
     # logging out of the terminal (a user's own setting wins).
     for name, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
-    if argv and argv[0] == "inspect":
-        return _inspect(argv[1:])
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.html is not None:
-        _check_html(parser, args.html)
     try:
-        if args.version:
-            from tensorbridge._core import DLPACK_VERSION
-            from tensorbridge._version import __version__
-
-            major, minor = DLPACK_VERSION
-            print(f"tensorbridge {__version__} (DLPack {major}.{minor})")
-            return 0
-        status = run_matrix(args)
+        status = _command(argv)
         sys.stdout.flush()
         return status
     except BrokenPipeError:
@@ -239,13 +229,33 @@ def run(argv: list[str]) -> int:
         return 1
 
 
+def _command(argv: list[str]) -> int:
+    """Parse argv and run its command; the exit status."""
+    if argv and argv[0] == "inspect":
+        return _inspect(argv[1:])
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.html is not None:
+        _check_html(parser, args.html)
+    if args.version:
+        from tensorbridge._core import DLPACK_VERSION
+        from tensorbridge._version import __version__
+
+        major, minor = DLPACK_VERSION
+        print(f"tensorbridge {__version__} (DLPack {major}.{minor})")
+        return 0
+    return run_matrix(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script ``tensorbridge`` (and ``python -m tensorbridge``).
 
     Called without `argv` (as the console script is), it ends the process once its
     output is flushed, without waiting for the frameworks it imported to tear down
-    (over a second with all of them): `os._exit`, so no atexit handler runs. With
-    `argv` (the tests) it returns the exit status."""
+    (over a second with all of them): `os._exit`, so no atexit handler runs, unless a
+    profiler, a debugger or coverage is watching (they write their results at exit).
+    Output that could not be written makes the status nonzero (120, as Python's own
+    failed final flush). With `argv` (the tests) it returns the exit status."""
     if argv is not None:
         return run(list(argv))
     try:
@@ -257,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
             print(code, file=sys.stderr)
     except KeyboardInterrupt:  # Ctrl-C: the user knows; no traceback
         status = 130
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to add
-            stream.flush()
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # the output was not written (a full disk, a closed pipe)
+        status = status or 120  # (what Python exits with when its final flush fails)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
+        # A profiler, a debugger or coverage writes its results at exit: let it.
+        raise SystemExit(status)
     os._exit(status)

@@ -63,7 +63,7 @@ def quiet() -> Iterator[None]:
     output while they are imported and probed: JAX logs its backend search at INFO
     once PaddlePaddle has given the root logger a handler. The command line prints
     its own messages, never through `logging`; their C++ logging is set through the
-    environment before they are imported (`tensorbridge._cli.quiet_environment`)."""
+    environment before they are imported (`tensorbridge._cli.QUIET_ENVIRONMENT`)."""
     previous = logging.root.manager.disable
     logging.disable(logging.ERROR)
     try:

@@ -5,6 +5,7 @@ file gets nothing of it)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from typing import TextIO
@@ -40,10 +41,18 @@ class Progress:
         if not self.enabled:
             return
         # One screen line at most: a wrapped line cannot be rewritten with \r.
-        width = max(10, shutil.get_terminal_size().columns - 1)
+        width = max(10, self._columns() - 1)
         text = text if len(text) <= width else text[: width - 1] + "…"
         self._write("\r" + text + " " * max(0, self._shown - len(text)))
         self._shown = len(text)
+
+    def _columns(self) -> int:
+        """The width of the terminal the line is shown on (not stdout's, which is
+        often redirected while progress shows)."""
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return shutil.get_terminal_size().columns
 
     def clear(self) -> None:
         """Remove the line (before anything else is written to the stream, and at
