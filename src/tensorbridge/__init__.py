@@ -45,6 +45,11 @@ for _function in (asarray, convert, from_dlpack, to_dlpack, arange, empty, full,
 for _function in (get_default_dtype, set_default_dtype):
     _function.__module__ = __name__
 del _function
+# So are the public classes defined in Python (Tensor is the compiled core's type).
+for _class in (Device, DLDeviceType, DType, ImportOrderError, NotDLPackError, ProducerError):
+    _class.__module__ = __name__
+TensorbridgeError.__module__ = __name__
+del _class
 
 
 def __getattr__(name: str):
@@ -54,6 +59,8 @@ def __getattr__(name: str):
     if name in ("explain", "Plan"):
         from tensorbridge import _convert
 
+        for public in (_convert.explain, _convert.Plan):
+            public.__module__ = __name__
         return getattr(_convert, name)
     if name == "TargetName":
         from tensorbridge._targets import TargetName

@@ -456,7 +456,7 @@ def _carry_out(plan: Plan, t: Tensor, producer: Any = None) -> Any:
     got = framework.dtype_name(result)
     if got != plan.dtype:
         raise BufferError(
-            f"convert(): {framework.name} produced a {got} array instead of {plan.dtype}"
+            f"convert(): {framework.name} produced an array of {got} instead of {plan.dtype}"
         )
     if plan._requires_grad:
         result = framework.set_requires_grad(result)

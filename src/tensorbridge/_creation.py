@@ -334,9 +334,12 @@ def _from_array_protocol(obj: Any, copy: bool | None) -> Any:
                 "(it predates NumPy 2's copy keyword)"
             ) from None
         raise TypeError(f"asarray(): {name}.__array__() raised: {exc}") from exc
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:
+        # NumPy 2's protocol says ValueError; polars raises RuntimeError.
         if copy is False:
-            raise ValueError(f"asarray(): copy=False, but {name} can only give a copy") from exc
+            raise ValueError(
+                f"asarray(): copy=False, but {name} can only give a copy ({exc})"
+            ) from exc
         raise
     numpy = sys.modules.get("numpy")
     if numpy is None or not isinstance(array, numpy.ndarray):

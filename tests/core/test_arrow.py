@@ -335,7 +335,13 @@ def test_polars_series_and_frames():
     s = pl.Series([1.0, 2.0, 3.0])
     t = tb.asarray(s, copy=False)
     assert t.readonly and t.data_ptr() == s.to_arrow().buffers()[1].address
-    assert tb.asarray(pl.DataFrame({"a": [1, 2], "b": [3, 4]})).tolist() == [[1, 3], [2, 4]]
+    frame = pl.DataFrame({"a": [1, 2], "b": [3, 4]})
+    assert tb.asarray(frame).tolist() == [[1, 3], [2, 4]]
+    # A frame's 2-D form is a copy; polars says so with RuntimeError, the refusal is ours.
+    with pytest.raises(
+        ValueError, match=r"^asarray\(\): copy=False, but polars.DataFrame can only"
+    ):
+        tb.asarray(frame, copy=False)
     with pytest.raises(BufferError, match=r"polars\.Series: the Arrow array holds 1 null"):
         tb.asarray(pl.Series([1, None]))
     with pytest.raises(BufferError, match=r"polars\.Series: a string"):

@@ -67,7 +67,7 @@ class JaxFramework(Framework):
             jax = cls.module()
             if not jax.config.read("jax_enable_x64"):
                 return (
-                    f"jax is running without 64-bit types, so a {dtype_name} array would "
+                    f"jax is running without 64-bit types, so {dtype_name} data would "
                     "silently become 32-bit; call jax.config.update('jax_enable_x64', True) "
                     "or pass a 32-bit dtype="
                 )
