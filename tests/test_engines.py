@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import operator
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -99,13 +100,17 @@ def ray_session():
     if ray.is_initialized():
         pytest.fail("Ray is already initialized: another test left it running")
     try:
-        ray.init(
-            num_cpus=1,
-            include_dashboard=False,
-            log_to_driver=False,  # the workers' output is not this test's
-            object_store_memory=128 * 2**20,
-            logging_level=logging.WARNING,
-        )
+        with warnings.catch_warnings():
+            # Ray forks helpers that exec at once; JAX, when an earlier test loaded it,
+            # warns at every os.fork() (and warnings are errors here).
+            warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+            ray.init(
+                num_cpus=1,
+                include_dashboard=False,
+                log_to_driver=False,  # the workers' output is not this test's
+                object_store_memory=128 * 2**20,
+                logging_level=logging.WARNING,
+            )
         yield ray
     finally:
         ray.shutdown()
