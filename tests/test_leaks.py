@@ -18,6 +18,8 @@ AddressSanitizer, whose quarantine keeps freed memory resident on purpose).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import os
 import sys
@@ -230,10 +232,18 @@ def _refcounts(objs: list[object]) -> list[int]:
     return [sys.getrefcount(o) for o in objs]
 
 
+def _trim() -> None:
+    """Hand the C heap's free memory back to the system (glibc), so that RSS grows with
+    what is allocated next rather than being absorbed by memory freed earlier."""
+    with contextlib.suppress(AttributeError, OSError):  # (not glibc)
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def _rss_growth(step: Step, n: int) -> int:
     """Bytes the resident set grew by over ``n`` steps, after a warm-up."""
     _run(step, WARMUP)
     gc.collect()
+    _trim()  # (memory other tests freed would otherwise absorb what the steps take)
     before = _rss()
     _run(step, n)
     gc.collect()
@@ -312,7 +322,8 @@ def _leaky_step() -> Step:
 @needs_statm
 @not_under_asan
 def test_rss_measurement_sees_a_leak():
-    n = 10**5
+    # As many steps as the RSS checks take: one tensor leaked per step must show.
+    n = max(ITERATIONS, 10**5)
     grown = _rss_growth(_leaky_step(), n)
     assert grown >= RSS_BOUND, f"{n} leaked tensors grew RSS by only {grown} bytes"
 
