@@ -375,6 +375,8 @@ def model(spec) -> dict:
     data = {"buf": 1, "null": 0, "bogus": spec["bogus"]}[spec["data_mode"]]
     if size > 0 and data == 0:
         return refuse("null data", False)
+    if size > 0 and spec["device"][0] in ADDRESS_DEVICES and data + spec["byte_offset"] >= 2**64:
+        return refuse("address past the end", False)
     contiguous = size == 0 or all(
         s == e for n, s, e in zip(shape, strides, c_strides(shape), strict=True) if n != 1
     )

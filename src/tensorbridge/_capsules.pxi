@@ -5,7 +5,7 @@
 
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t, UINTPTR_MAX
 from libc.string cimport memcpy, strcmp
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
@@ -200,6 +200,12 @@ cdef int _fill(Tensor t, DLTensor* dl, uint64_t flags) except -1:
     if size > 0 and dl.data == NULL:
         raise BufferError(
             f"from_dlpack(): DLTensor.data is NULL but the tensor has {size} elements")
+    if (size > 0 and _pointer_is_address(dl.device.device_type)
+            and <uintptr_t>dl.data > UINTPTR_MAX - <uintptr_t>dl.byte_offset):
+        # (the first element's address would wrap around: not memory of any process)
+        raise BufferError(
+            f"from_dlpack(): DLTensor.data ({<uintptr_t>dl.data:#x}) + byte_offset "
+            f"({dl.byte_offset}) is past the end of the address space")
     t._data = dl.data
     t._byte_offset = dl.byte_offset
     t._device = dl.device

@@ -84,6 +84,10 @@ BAD_FIELDS = {
     "ndim negative": (dict(ndim=-1), "ndim is -1"),
     "null shape": (dict(shape=(2,), strides=(1,), null_shape=True), "shape is NULL but ndim is 1"),
     "null data": (dict(data=0, shape=(2,), strides=(1,)), "data is NULL but the tensor has 2"),
+    "address wraps": (
+        dict(data=2**64 - 1, byte_offset=1, dtype=(1, 8, 1)),
+        r"data \(0xffffffffffffffff\) \+ byte_offset \(1\) is past the end",
+    ),
     "device type 5": (dict(device=(5, 0)), "device_type 5"),
     "device type 99": (dict(device=(99, 0)), "device_type 99"),
     "device id": (dict(device=(2, -1)), "device_id is -1"),
