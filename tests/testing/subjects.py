@@ -273,3 +273,168 @@ def torch_tensor() -> Any:
     import torch
 
     return torch.arange(12, dtype=torch.float32).reshape(3, 4)
+
+
+# ---------------------------------------------------------------------------------------
+# More that break one rule each (the checks added for `tensorbridge check --all`)
+
+import ctypes  # noqa: E402
+import threading  # noqa: E402
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_callbacks: list[Any] = []
+
+
+def _managed(capsule: Any) -> int:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    address: int = get(capsule, _testing.capsule_name(capsule).encode())
+    return address
+
+
+def _deleter_field(capsule: Any) -> ctypes.c_void_p:
+    """The deleter field of a capsule's managed struct (versioned or legacy)."""
+    offset = 16 if _testing.capsule_name(capsule) == "dltensor_versioned" else 56
+    return ctypes.c_void_p.from_address(_managed(capsule) + offset)
+
+
+class MainThreadDeleter(Wrapped):
+    """Its deleter works on the main thread only (elsewhere it aborts): a deleter
+    that cannot be called from any thread, without the GIL."""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        capsule = self.craft(versioned=True)
+        field = _deleter_field(capsule)
+        real = _DELETER(field.value)
+
+        def deleter(managed: int) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                os.abort()
+            real(managed)
+
+        callback = _DELETER(deleter)
+        _callbacks.append(callback)
+        field.value = ctypes.cast(callback, ctypes.c_void_p).value
+        return capsule
+
+
+def main_thread_deleter() -> Any:
+    return MainThreadDeleter(CASES["float32"]())
+
+
+class VersionedInLegacy(Wrapped):
+    """A versioned struct in a capsule named 'dltensor' (as pydlpack 0.2.1 makes)."""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.craft(versioned=True, name="dltensor")
+
+
+def _consume(x: Any) -> tuple[Any, Any]:
+    capsule = x.__dlpack__(max_version=(1, 3))
+    return capsule, _core.inspect_capsule(capsule)
+
+
+def calls_deleter_twice(x: Any) -> Any:
+    """Consumes properly, and calls the deleter once more: a double free."""
+    capsule = x.__dlpack__(max_version=(1, 3))
+    deleter, managed = _DELETER(_deleter_field(capsule).value), _managed(capsule)
+    t = tb.from_dlpack(capsule)
+    deleter(managed)
+    return t
+
+
+_leaked: list[Any] = []
+
+
+def never_deletes(x: Any) -> Any:
+    """Consumes the capsule and copies the values, but keeps the import for ever: its
+    deleter is never called (a leak)."""
+    t = tb.from_dlpack(x)
+    _leaked.append(t)
+    return np.array(t)
+
+
+def reads_after_free(x: Any) -> Any:
+    """Renames the capsule and calls the deleter, then copies the data."""
+    capsule, info = _consume(x)
+    count = int(np.prod(info["shape"]))
+    _testing.consume_and_delete_without_gil(capsule)
+    data = (ctypes.c_float * count).from_address(info["data"] + info["byte_offset"])
+    return np.array(data, dtype=np.float32).reshape(info["shape"])
+
+
+def ignores_copy(x: Any, copy: Any = None, device: Any = None) -> Any:
+    return tb.from_dlpack(x)
+
+
+def copies_anyway(x: Any, copy: Any = None, device: Any = None) -> Any:
+    return tb.from_dlpack(x, copy=True)
+
+
+def refuses_its_device(x: Any, copy: Any = None, device: Any = None) -> Any:
+    if device is not None:
+        raise BufferError(f"cannot export to {device}")
+    return tb.from_dlpack(x, copy=copy)
+
+
+def bfloat16_as_uint16(x: Any) -> Any:
+    t = tb.from_dlpack(x)
+    return t.view("uint16") if t.dtype.name == "bfloat16" else t
+
+
+class _Labelled:
+    """A tensor whose own dtype attribute names another dtype than its export."""
+
+    def __init__(self, t: Any, dtype: str) -> None:
+        self.t = t
+        self.dtype = f"mylib.{dtype}"
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+
+def uint16_labelled_bfloat16(x: Any) -> Any:
+    t = tb.from_dlpack(x)
+    return _Labelled(t, "bfloat16") if t.dtype.name == "uint16" else t
+
+
+def one_d_only(x: Any, copy: Any = None, device: Any = None) -> Any:
+    t = tb.from_dlpack(x, copy=copy, device=device)
+    if t.ndim != 1:
+        raise BufferError(f"only 1-d tensors; got {t.ndim}-d")
+    return t
+
+
+def aborts_with_a_message(x: Any) -> Any:
+    """As a C++ library dying of an uncaught exception: the message, then many frames."""
+    info = _core.inspect_capsule(x.__dlpack__(max_version=(1, 3)))
+    if any(s < 0 for s in info.get("strides") or ()):
+        lines = ["terminate called after throwing an instance of 'mylib::Error'"]
+        lines += ["  what():  negative strides are not supported"]
+        lines += [
+            f"frame #{i}: mylib::f() + 0x{i:x} (0x7f00{i:08x} in libmylib.so)" for i in range(40)
+        ]
+        os.write(2, ("\n".join(lines) + "\n").encode())
+        os.abort()
+    return tb.from_dlpack(x)
+
+
+def aborts_on_malformed_ndim(x: Any) -> Any:
+    info = _core.inspect_capsule(x.__dlpack__(max_version=(1, 3)))
+    if info["ndim"] < 0:
+        os.abort()
+    return tb.from_dlpack(x)
+
+
+def abort_now() -> Any:
+    """A target whose building kills the process."""
+    os.abort()
+
+
+def make_of(case: str) -> Any:
+    """A Factory's function: the make of one case."""
+    return lambda: tensorbridge_tensor(case)

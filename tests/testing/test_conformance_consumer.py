@@ -36,6 +36,15 @@ BROKEN = [
     (s.cuda_as_cpu, "consumer.device"),
     (s.takes_used, "consumer.used_capsule"),
     (s.accepts_malformed, "consumer.malformed"),
+    (s.calls_deleter_twice, "consumer.deleter_once"),
+    (s.never_deletes, "consumer.deleter_once"),
+    (s.reads_after_free, "consumer.read_after_free"),
+    (s.deletes_without_renaming, "consumer.read_after_free"),
+    (s.ignores_copy, "consumer.copy.true"),
+    (s.copies_anyway, "consumer.copy.false"),
+    (s.refuses_its_device, "consumer.device_argument"),
+    (s.bfloat16_as_uint16, "consumer.dtypes.low_precision"),
+    (s.uint16_labelled_bfloat16, "consumer.dtypes"),
 ]
 
 
@@ -60,6 +69,35 @@ def test_a_crash_fails_the_probe_and_the_run_goes_on():
     assert report["consumer.negative_strides"].status == "fail"
     assert "SIGABRT" in report["consumer.negative_strides"].detail
     assert report["consumer.malformed"].status == "pass"
+
+
+def test_the_crash_is_explained_by_the_message_not_the_last_frames():
+    report = tbt.check_consumer(s.aborts_with_a_message)
+    detail = report["consumer.negative_strides"].detail
+    assert "SIGABRT" in detail
+    assert "what():  negative strides are not supported" in detail
+    assert "frame #" not in detail
+
+
+def test_a_crash_among_several_probes_of_a_check_names_its_case():
+    report = tbt.check_consumer(s.aborts_on_malformed_ndim)
+    result = report["consumer.malformed"]
+    assert result.status == "fail"
+    assert result.detail.startswith("consumer.malformed[ndim -1]: crashed the process")
+
+
+def test_a_consumer_of_1d_tensors_only_is_graded_on_1d_tensors():
+    report = tbt.check_consumer(s.one_d_only)
+    assert report["consumer.ndim"].status == "warn", str(report)
+    assert report.ok, str(report)
+    assert report["consumer.negative_strides"].detail == "right values, shared memory"
+
+
+def test_a_consumer_without_the_2023_keywords_is_warned():
+    report = tbt.check_consumer(s.no_retry)
+    for check in ("consumer.copy.true", "consumer.copy.false", "consumer.device_argument"):
+        assert report[check].status in ("warn", "skip"), str(report)
+    assert "does not take copy=" in report["consumer.copy.true"].detail
 
 
 def test_a_hang_fails_the_probe():

@@ -11,6 +11,7 @@ from needs import needs
 from testing import subjects as s
 
 import tensorbridge.testing as tbt
+from tensorbridge.testing._isolate import Factory
 
 
 def test_tensorbridge_passes_every_check_isolated():
@@ -52,6 +53,7 @@ BROKEN_STRUCT = [
     (s.NegativeNdim, "producer.struct.ndim_shape"),
     (s.NullData, "producer.struct.data"),
     (s.UnknownFlags, "producer.struct.flags"),
+    (s.VersionedInLegacy, "producer.struct.kind"),
     (s.Leaky, "producer.deleter.unconsumed"),
     (s.Leaky, "producer.deleter.once"),
 ]
@@ -89,6 +91,21 @@ def test_a_crash_fails_the_probe_and_the_run_goes_on():
     assert report["producer.fresh_capsule"].status == "pass"  # a later probe ran
 
 
+def test_a_deleter_that_cannot_run_on_another_thread_fails():
+    report = tbt.check_producer(s.main_thread_deleter)
+    result = report["producer.deleter.no_gil"]
+    assert result.status == "fail", str(report)
+    assert "SIGABRT" in result.detail
+    assert report["producer.deleter.once"].status != "fail", str(report)  # on the main thread
+
+
+def test_a_pre_1_0_producer_is_asked_without_max_version_where_the_version_is_not_checked():
+    report = tbt.check_producer(s.wrapped(s.NoMaxVersion), isolate=False)
+    assert report["producer.max_version.1"].status == "fail"
+    assert report["producer.stream"].status == "pass", str(report)
+    assert report["producer.fresh_capsule"].status == "pass", str(report)
+
+
 def test_a_hang_fails_the_probe():
     report = tbt.check_producer(s.hangs_on_stream, timeout=3)
     assert report["producer.stream"].status == "fail"
@@ -118,3 +135,26 @@ def test_torch_graded():
     # torch 2.13 copies for copy=True without setting IS_COPIED (digest pitfall 47)
     assert report["producer.copy.true"].status == "fail", str(report)
     assert report["producer.c_exchange_api"].status == "pass", str(report)
+
+
+def test_check_library_grades_both_roles_in_shared_children():
+    producer, consumer = tbt.check_library(s.tensorbridge_tensor, "tensorbridge:from_dlpack")
+    assert {r.status for r in producer.results} == {"pass"}, str(producer)
+    assert {r.status for r in consumer.results} == {"pass"}, str(consumer)
+    assert (producer.kind, consumer.kind) == ("producer", "consumer")
+
+
+def test_a_target_that_kills_the_child_while_built_fails_its_start_only():
+    producer, consumer = tbt.check_library(
+        s.tensorbridge_tensor, Factory("testing.subjects:abort_now")
+    )
+    assert producer.ok, str(producer)
+    assert [r.name for r in consumer.results] == ["consumer.start"]
+    assert "SIGABRT" in consumer["consumer.start"].detail
+
+
+def test_a_factory_is_built_in_the_child():
+    report = tbt.check_producer(Factory("testing.subjects:make_of", ("int16",)))
+    assert report.ok, str(report)
+    assert report.name == "testing.subjects:make_of('int16',)"
+    assert "producer.isolation" not in {r.name for r in report.results}

@@ -7,6 +7,7 @@
     tensorbridge --markdown      ... as docs/compatibility.md (with every quirk handled)
     tensorbridge --html FILE     ... and as a page in FILE (coloured, with tooltips)
     tensorbridge inspect EXPR    what EXPR's DLPack export looks like
+    tensorbridge check EXPR      EXPR's DLPack producer graded (--consumer, --all: `check`)
 
 This module parses the arguments and runs a command: the matrix (`matrix`, rendered
 by `markdown` and `page`) or `inspect`. Those are imported only when their command
@@ -162,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="tensorbridge",
         description="Zero-copy tensor exchange over DLPack. With no arguments: the "
         "interoperability matrix of the frameworks installed here (progress is shown on "
-        "stderr when it is a terminal). Also: tensorbridge inspect EXPR.",
+        "stderr when it is a terminal). Also: tensorbridge inspect EXPR, tensorbridge check "
+        "EXPR (tensorbridge check --help).",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     output = parser.add_mutually_exclusive_group()
@@ -233,6 +235,10 @@ def _command(argv: list[str]) -> int:
     """Parse argv and run its command; the exit status."""
     if argv and argv[0] == "inspect":
         return _inspect(argv[1:])
+    if argv and argv[0] == "check":
+        from tensorbridge._cli import check
+
+        return check.run(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.html is not None:

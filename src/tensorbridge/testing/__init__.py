@@ -5,8 +5,10 @@
 C exchange table) of the objects ``make`` returns; ``check_consumer(from_dlpack)``
 hands crafted producers to a ``from_dlpack``. Both return a `Report`: one
 `CheckResult` per rule, ``fail`` for what the standard says *must*, ``warn`` for
-*should*. ``assert_conformant_producer`` / ``assert_conformant_consumer`` raise an
-`AssertionError` listing every failure, for a library's own test suite.
+*should*. ``check_library(make, from_dlpack)`` runs both, sharing the child
+processes (the library is imported once). ``assert_conformant_producer`` /
+``assert_conformant_consumer`` raise an `AssertionError` listing every failure, for a
+library's own test suite.
 
 Probes that can crash the process run in child processes when the callable can be
 imported there by name (``module:qualname``; a string of that form is accepted too):
@@ -19,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tensorbridge.testing._isolate import DEFAULT_TIMEOUT, qualified_name, run_probes
+from tensorbridge.testing._isolate import (
+    DEFAULT_TIMEOUT,
+    Factory,
+    Group,
+    qualified_name,
+    run_groups,
+    run_probes,
+)
 from tensorbridge.testing._producer import CASES
 from tensorbridge.testing._report import CheckResult, Report, worst
 
@@ -30,6 +39,7 @@ __all__ = [
     "assert_conformant_consumer",
     "assert_conformant_producer",
     "check_consumer",
+    "check_library",
     "check_producer",
 ]
 
@@ -37,6 +47,8 @@ __all__ = [
 def _label(obj: Any, name: str | None) -> str:
     if name is not None:
         return name
+    if isinstance(obj, Factory):
+        return f"{obj.function}{tuple(obj.args)!r}"
     return qualified_name(obj) or getattr(obj, "__qualname__", None) or repr(obj)
 
 
@@ -51,11 +63,19 @@ def _merge(results: list[CheckResult]) -> list[CheckResult]:
             merged.append(group[0])
             continue
         status = worst(r.status for r in group)
-        details = [r.detail for r in group if r.status == status]
+        # each detail once, in order: several exchanges often fail the same way
+        details = list(dict.fromkeys(r.detail for r in group if r.status == status))
         if status == "pass":
             details = [f"{len(group)} exchanges checked"]
+        elif len(details) > _MAX_DETAILS:
+            more = len(details) - _MAX_DETAILS
+            details = [*details[:_MAX_DETAILS], f"(+{more} more)"]
         merged.append(CheckResult(name, status, "; ".join(details), group[0].clause))
     return merged
+
+
+#: Details kept when several results of one check are merged.
+_MAX_DETAILS = 8
 
 
 def check_producer(
@@ -124,6 +144,30 @@ def check_consumer(
         timeout=timeout,
     )
     return Report("consumer", _label(from_dlpack, name), _merge(results))
+
+
+def check_library(
+    make: Callable[..., Any] | str,
+    from_dlpack: Callable[..., Any] | str,
+    *,
+    name: str | None = None,
+    isolate: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[Report, Report]:
+    """`check_producer` of ``make`` and `check_consumer` of ``from_dlpack``, run in
+    the same child processes (a library that takes seconds to import is imported
+    once, not once per role); the two reports. Arguments as for those."""
+    from tensorbridge.testing import _consumer, _producer
+
+    groups = [
+        Group("producer", _producer.__name__, _producer.PROBES, make),
+        Group("consumer", _consumer.__name__, _consumer.PROBES, from_dlpack),
+    ]
+    produced, consumed = run_groups(groups, isolate=isolate, timeout=timeout)
+    return (
+        Report("producer", _label(make, name), _merge(produced)),
+        Report("consumer", _label(from_dlpack, name), _merge(consumed)),
+    )
 
 
 def _assert_ok(report: Report) -> None:

@@ -1,12 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The consumer side: crafted producers handed to the ``from_dlpack`` under test.
 
-Each probe builds producers whose capsules tensorbridge crafts field by field
-(`tensorbridge._testing.make_capsule`) over NumPy memory of its own, so it knows
-the right values, can see whether the result shares that memory, and counts the
-calls of every capsule's deleter. Whatever the consumer does, each capsule must end
-with its deleter called exactly once: by the consumer (after renaming the capsule
-``used_*``) or by the capsule's destructor (when it was left as it was).
+Each probe hands the consumer producers of `_crafted` (capsules crafted field by
+field over NumPy memory of tensorbridge's), so it knows the right values, sees
+whether the result shares that memory and counts the deleter calls. Whatever the
+consumer does, each capsule must end with its deleter called exactly once: by the
+consumer (after renaming the capsule ``used_*``) or by the capsule's destructor
+(when it was left as it was). Every
+exchange is graded twice more for that: ``consumer.capsule_protocol`` (renamed
+exactly when consumed) and ``consumer.deleter_once`` (no leak, no double free).
+
+A consumer that refuses 2-d tensors but takes 1-d ones (PyArrow's arrays) is given
+1-d tensors throughout (`Layout`), so that its other rules can still be graded.
 """
 
 from __future__ import annotations
@@ -18,8 +23,22 @@ from typing import Any
 
 import numpy as np
 
-import tensorbridge as tb
 from tensorbridge._devices import DLDeviceType
+from tensorbridge._dtypes import DTYPES
+from tensorbridge.testing._crafted import (
+    READ_ONLY,
+    CraftedProducer,
+    Expected,
+    Layout,
+    Readback,
+    address,
+    aligned,
+    craft,
+    crafted,
+    declared_dtype,
+    describe,
+    grid,
+)
 from tensorbridge.testing._isolate import Probe
 from tensorbridge.testing._report import CheckResult, Status, worst
 
@@ -30,113 +49,43 @@ _testing: Any = importlib.import_module("tensorbridge._testing")
 SPEC = "DLPack Python spec"
 HEADER = "dlpack.h 1.3"
 ARRAY_API = "Array API"
-PROTOCOL_CLAUSE = f"{SPEC}: rename the capsule used_* exactly when consuming it; deleter once"
+PROTOCOL_CLAUSE = f"{SPEC}: rename the capsule used_* exactly when consuming it"
+DELETER_CLAUSE = f"{HEADER}: the deleter is called exactly once (no leak, no double free)"
 
-_KEYWORDS = ("stream", "max_version", "dl_device", "copy")
 #: Exceptions a consumer may refuse a tensor with (BufferError is the standard's choice).
 _CLEAN = (BufferError, TypeError, ValueError)
-_CODES = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
+
+#: id(consumer) -> (consumer, its layout): decided once per process.
+_LAYOUTS: dict[int, tuple[Any, Layout]] = {}
 
 
-def _dtype_triple(dtype: np.dtype[Any]) -> tuple[int, int, int]:
-    return (_CODES[dtype.kind], dtype.itemsize * 8, 1)
+def _layout(fn: Callable[..., Any]) -> Layout:
+    """1-d when ``fn`` refuses a plain 2-d float32 tensor and takes a 1-d one."""
+    known = _LAYOUTS.get(id(fn))
+    if known is not None and known[0] is fn:
+        return known[1]
+    layout = Layout(False)
+    for flat in (False, True):
+        producer = crafted(Layout(flat).grid())
+        outcome = _call(fn, producer, producer.made)
+        ok = outcome.error is None
+        _protocol(outcome, "", shared=None)
+        if ok:
+            layout = Layout(flat)
+            break
+    _LAYOUTS[id(fn)] = (fn, layout)
+    return layout
 
 
-def _craft(array: np.ndarray, *, versioned: bool, **overrides: Any) -> tuple[Any, Any]:
-    """A crafted capsule describing ``array``'s memory (kept alive by the capsule)."""
-    fields: dict[str, Any] = dict(
-        shape=array.shape,
-        strides=tuple(s // array.itemsize for s in array.strides),
-        dtype=_dtype_triple(array.dtype),
-        owner=array,
-        versioned=versioned,
-    )
-    fields.update(overrides)
-    data = fields.pop("data", array.__array_interface__["data"][0])
-    made: tuple[Any, Any] = _testing.make_capsule(data, **fields)
-    return made
-
-
-class CraftedProducer:
-    """Answers ``__dlpack__`` with crafted capsules and keeps them for the checks.
-
-    ``mode``: "both" (versioned when asked with major 1, legacy otherwise),
-    "legacy-only" (a pre-1.0 signature: only ``stream``), "legacy-answer" (takes the
-    keywords, answers legacy), "versioned-only" (BufferError without max_version).
-    """
-
-    def __init__(
-        self,
-        array: np.ndarray,
-        mode: str = "both",
-        device: tuple[int, int] = (1, 0),
-        **overrides: Any,
-    ) -> None:
-        self.array = array
-        self.mode = mode
-        self.device = device
-        self.overrides = overrides
-        self.calls: list[dict[str, Any]] = []
-        self.made: list[tuple[Any, Any]] = []
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.device
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
-        accepts = ("stream",) if self.mode == "legacy-only" else _KEYWORDS
-        for key in kwargs:
-            if key not in accepts:
-                raise TypeError(f"__dlpack__() got an unexpected keyword argument {key!r}")
-        max_version = kwargs.get("max_version")
-        asked_versioned = max_version is not None and max_version[0] >= 1
-        if self.mode == "versioned-only" and not asked_versioned:
-            raise BufferError("this producer exports DLPack 1.x (versioned) capsules only")
-        versioned = asked_versioned and self.mode in ("both", "versioned-only")
-        overrides = dict(self.overrides)
-        if not versioned:
-            overrides.pop("flags", None)
-            overrides.pop("version", None)
-        made = _craft(self.array, versioned=versioned, device=self.device, **overrides)
-        self.made.append(made)
-        return made[0]
-
-
-# One type per flavour: consumers may remember per type which call a producer takes.
-class _Both(CraftedProducer):
-    pass
-
-
-class _LegacyOnly(CraftedProducer):
-    pass
-
-
-class _LegacyAnswer(CraftedProducer):
-    pass
-
-
-class _VersionedOnly(CraftedProducer):
-    pass
-
-
-_FLAVOURS: dict[str, type[CraftedProducer]] = {
-    "both": _Both,
-    "legacy-only": _LegacyOnly,
-    "legacy-answer": _LegacyAnswer,
-    "versioned-only": _VersionedOnly,
-}
-
-
-def _producer(array: np.ndarray, mode: str = "both", **kwargs: Any) -> CraftedProducer:
-    return _FLAVOURS[mode](array, mode, **kwargs)
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:160]}"
-
-
-def _grid(dtype: Any = np.float32) -> np.ndarray:
-    return np.arange(12).reshape(3, 4).astype(dtype)
+def _strip(exc: BaseException) -> BaseException:
+    """The exception without tracebacks: their frames would keep the capsules alive."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
 
 
 class _Outcome:
@@ -150,55 +99,43 @@ class _Outcome:
         self.after = [(_testing.capsule_name(c), n.calls) for c, n in made]
 
 
-def _call(from_dlpack: Callable[..., Any], arg: Any, made: list[Any]) -> _Outcome:
+def _call(from_dlpack: Callable[..., Any], arg: Any, made: list[Any], **kwargs: Any) -> _Outcome:
     try:
-        result = from_dlpack(arg)
+        result = from_dlpack(arg, **kwargs)
     except Exception as exc:
-        return _Outcome(None, exc, made)
+        return _Outcome(None, _strip(exc), made)
     return _Outcome(result, None, made)
 
 
-def _read(result: Any) -> tuple[np.ndarray | None, int | None, tuple[int, int] | None, str]:
-    """(values, address of element 0, device, note) of a consumer's result."""
-    device = None
-    if hasattr(result, "__dlpack_device__"):
-        try:
-            kind, index = result.__dlpack_device__()
-            device = (int(kind), 0 if index is None else int(index))
-        except Exception as exc:
-            return None, None, None, f"its __dlpack_device__() raised {_err(exc)}"
-    if device is not None and device[0] != int(DLDeviceType.kDLCPU):
-        return None, None, device, ""
-    try:
-        t = tb.from_dlpack(result) if hasattr(result, "__dlpack__") else tb.asarray(result)
-        return np.array(t, copy=True), t.data_ptr(), device, ""
-    except Exception as exc:
-        return None, None, device, f"the result could not be read back: {_err(exc)}"
-
-
-def _address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
-
-
-def _protocol(outcome: _Outcome, *, shared: bool | None) -> list[tuple[Status, str]]:
-    """Grade the capsules' fate; drops the result and the capsules."""
-    problems: list[tuple[Status, str]] = []
+def _protocol(
+    outcome: _Outcome, label: str, *, shared: bool | None
+) -> tuple[list[tuple[Status, str]], list[tuple[Status, str]]]:
+    """Grade the capsules' fate: (renaming verdicts, deleter verdicts); drops the
+    result, the error and the capsules."""
+    prefix = f"{label}: " if label else ""
+    renaming: list[tuple[Status, str]] = []
     for name, calls in outcome.after:
         used = name is not None and name.startswith("used_")
         if calls and not used:
-            problems.append(("fail", f"the deleter was called but the capsule kept name {name!r}"))
+            renaming.append(
+                ("fail", f"{prefix}called the deleter but left the capsule named {name!r}")
+            )
         if outcome.error is not None and used and calls == 0:
-            problems.append(("fail", "refused the tensor but renamed its capsule (a leak)"))
+            renaming.append(("fail", f"{prefix}refused the tensor but renamed its capsule"))
         if outcome.error is None and not used and shared:
-            problems.append(("fail", "shares the memory without consuming the capsule"))
+            renaming.append(("fail", f"{prefix}shares the memory without consuming the capsule"))
     counters = [n for _, n in outcome.made]
     outcome.result = None
+    outcome.error = None
     outcome.made.clear()
     gc.collect(0)
+    deleter: list[tuple[Status, str]] = []
     for counter in counters:
-        if counter.calls != 1:
-            problems.append(("fail", f"the deleter was called {counter.calls} times in all"))
-    return problems
+        if counter.calls == 0:
+            deleter.append(("fail", f"{prefix}the deleter was never called (a leak)"))
+        elif counter.calls > 1:
+            deleter.append(("fail", f"{prefix}the deleter was called {counter.calls} times"))
+    return renaming, deleter
 
 
 def _results(
@@ -207,8 +144,22 @@ def _results(
     if not verdicts:
         return [CheckResult(name, "pass", passed, clause)]
     status = worst(s for s, _ in verdicts)
-    detail = "; ".join(d for s, d in verdicts if s == status)
+    detail = "; ".join(dict.fromkeys(d for s, d in verdicts if s == status))
     return [CheckResult(name, status, detail, clause)]
+
+
+def _lifetime(
+    label: str,
+    renaming: list[tuple[Status, str]],
+    deleter: list[tuple[Status, str]],
+) -> list[CheckResult]:
+    return _results(
+        "consumer.capsule_protocol", PROTOCOL_CLAUSE, renaming, f"{label}: ok"
+    ) + _results("consumer.deleter_once", DELETER_CLAUSE, deleter, f"{label}: ok")
+
+
+def _finish(outcome: _Outcome, label: str, *, shared: bool | None = None) -> list[CheckResult]:
+    return _lifetime(label, *_protocol(outcome, label, shared=shared))
 
 
 def _exchange(
@@ -219,34 +170,38 @@ def _exchange(
     *,
     refusal: Status,
     refusal_note: str = "",
+    expected: Expected | None = None,
+    label: str | None = None,
 ) -> list[CheckResult]:
     """Hand ``producer`` to the consumer; the result must hold the producer's values."""
-    expected = producer.array
+    expected = expected or Expected(producer.array)
     outcome = _call(from_dlpack, producer, producer.made)
     shared = None
     if outcome.error is not None:
         clean = isinstance(outcome.error, _CLEAN)
         status: Status = refusal if clean else worst([refusal, "warn"])
-        detail = f"refused: {_err(outcome.error)}"
+        detail = f"refused: {describe(outcome.error)}"
         if status != "pass" and refusal_note:
             detail += f" {refusal_note}"
         if not clean:
             detail += " (BufferError expected)"
     else:
-        values, address, _device, note = _read(outcome.result)
-        if values is None:
-            status, detail = "warn", note
-        elif values.shape != expected.shape or not np.array_equal(values, expected):
-            status, detail = "fail", f"wrong values: {values.tolist()!r:.100}"
-        elif values.dtype != expected.dtype:
-            status, detail = "fail", f"dtype {values.dtype}, expected {expected.dtype}"
+        back = Readback(outcome.result)
+        declared = declared_dtype(outcome.result)
+        if back.tensor is None:
+            status, detail = "warn", back.note or f"the result is on device {back.device}"
         else:
-            shared = address == _address(expected) and expected.size > 0
-            status, detail = "pass", "right values, " + ("shared memory" if shared else "a copy")
-    protocol = _protocol(outcome, shared=shared)
+            status, detail = expected.verdict(back)
+            if status == "pass" and declared is not None and declared != expected.name:
+                status = "fail"
+                detail = f"its dtype says {declared}, expected {expected.name}"
+            elif status == "pass":
+                shared = back.address == address(expected.raw) and expected.raw.size > 0
+                detail = "right values, " + ("shared memory" if shared else "a copy")
+        del back
     return [
         CheckResult(name, status, detail, clause),
-        *_results("consumer.capsule_protocol", PROTOCOL_CLAUSE, protocol, f"{name}: ok"),
+        *_finish(outcome, label or name, shared=shared),
     ]
 
 
@@ -255,8 +210,9 @@ def _exchange(
 
 
 def probe_versioned(fn: Callable[..., Any]) -> list[CheckResult]:
+    layout = _layout(fn)
     clause = f"{SPEC}: a producer answering both kinds of capsule"
-    producer = _producer(_grid())
+    producer = crafted(layout.grid())
     results = _exchange(fn, "consumer.basic", clause, producer, refusal="fail")
     asked = [c.get("max_version") for c in producer.calls]
     clause = f"{SPEC}: consumers pass max_version=(1, x) and read versioned capsules"
@@ -265,24 +221,30 @@ def probe_versioned(fn: Callable[..., Any]) -> list[CheckResult]:
     else:
         detail = f"never passed max_version (calls: {producer.calls}): READ_ONLY cannot reach it"
         results.append(CheckResult("consumer.asks_versioned", "warn", detail, clause))
+    clause = f"{HEADER}: ndim may be anything from 0 to the consumer's limit"
+    if layout.flat:
+        detail = "takes 1-d tensors only (2-d refused): the other checks used 1-d tensors"
+        results.append(CheckResult("consumer.ndim", "warn", detail, clause))
+    else:
+        results.append(CheckResult("consumer.ndim", "pass", "takes 2-d tensors", clause))
     return results
 
 
 def probe_legacy_only(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{SPEC}: retry without max_version when a pre-1.0 producer raises TypeError"
-    producer = _producer(_grid(), "legacy-only")
+    producer = crafted(_layout(fn).grid(), "legacy-only")
     return _exchange(fn, "consumer.legacy_producer", clause, producer, refusal="fail")
 
 
 def probe_legacy_answer(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{SPEC}: a producer may answer max_version with a legacy capsule"
-    producer = _producer(_grid(), "legacy-answer")
+    producer = crafted(_layout(fn).grid(), "legacy-answer")
     return _exchange(fn, "consumer.legacy_answer", clause, producer, refusal="fail")
 
 
 def probe_versioned_only(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{SPEC}: producers may refuse legacy export (BufferError) since 2025"
-    producer = _producer(_grid(), "versioned-only")
+    producer = crafted(_layout(fn).grid(), "versioned-only")
     return _exchange(
         fn,
         "consumer.versioned_only",
@@ -295,35 +257,34 @@ def probe_versioned_only(fn: Callable[..., Any]) -> list[CheckResult]:
 
 def probe_negative_strides(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{HEADER}: negative strides are legal; support them or raise BufferError"
-    producer = _producer(_grid()[:, ::-1])
+    producer = crafted(_layout(fn).negative())
     return _exchange(fn, "consumer.negative_strides", clause, producer, refusal="pass")
 
 
 def probe_zero_strides(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{HEADER}: zero strides (broadcast views) are legal; support or BufferError"
-    array = np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4))
-    producer = _producer(array, flags=1)
+    producer = crafted(_layout(fn).zero(), flags=READ_ONLY)
     return _exchange(fn, "consumer.zero_strides", clause, producer, refusal="pass")
 
 
 def probe_byte_offset(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{HEADER}: element 0 is at data + byte_offset"
-    base = np.arange(16, dtype=np.float32)
+    base = aligned(np.arange(16, dtype=np.float32))
     view = base[4:]
-    producer = _producer(view, data=_address(base), byte_offset=16, owner=base)
+    producer = crafted(view, data=address(base), byte_offset=16, owner=base)
     return _exchange(fn, "consumer.byte_offset", clause, producer, refusal="warn")
 
 
 def probe_null_strides(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{HEADER}: NULL strides (legacy, < 1.2) mean C-contiguous"
-    producer = _producer(_grid(), "legacy-answer", strides=None)
+    producer = crafted(_layout(fn).grid(), "legacy-answer", strides=None)
     return _exchange(fn, "consumer.null_strides", clause, producer, refusal="fail")
 
 
 def probe_size0(fn: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{HEADER}: a size-0 tensor's data may be NULL"
-    array = np.zeros((0, 3), dtype=np.float32)
-    producer = _producer(array, data=0, strides=(3, 1))
+    layout = _layout(fn)
+    producer = crafted(layout.size0(), data=0, strides=layout.size0_strides())
     return _exchange(fn, "consumer.size0_null_data", clause, producer, refusal="fail")
 
 
@@ -344,49 +305,75 @@ _DTYPES = [
     "complex128",
 ]
 
+#: dtypes NumPy has no type of its own for, crafted as their bits: name -> bits' type.
+_LOW_PRECISION = {
+    "bfloat16": "uint16",
+    "float8_e4m3fn": "uint8",
+    "float8_e5m2": "uint8",
+}
 
-def probe_dtypes(fn: Callable[..., Any]) -> list[CheckResult]:
-    name = "consumer.dtypes"
-    clause = f"{HEADER}: DLDataType codes and bits (refuse unknown ones with BufferError)"
+
+def _dtype_case(layout: Layout, name: str) -> tuple[CraftedProducer, Expected]:
+    if name in _LOW_PRECISION:
+        raw = layout.grid(_LOW_PRECISION[name])  # small bit patterns: no NaN, no inf
+        d = DTYPES[name]
+        return crafted(raw, dtype=(d.code, d.bits, 1)), Expected(raw, name)
+    array = layout.grid(name) if name != "bool" else aligned(layout.grid() % 3 == 0)
+    return crafted(array), Expected(array)
+
+
+def _dtype_probe(
+    fn: Callable[..., Any], name: str, clause: str, dtypes: list[str]
+) -> list[CheckResult]:
+    layout = _layout(fn)
     verdicts: list[tuple[Status, str]] = []
-    protocol: list[CheckResult] = []
+    lifetime: list[CheckResult] = []
     refused = []
-    for dtype in _DTYPES:
-        array = _grid(dtype) if dtype != "bool" else _grid() % 3 == 0
-        for result in _exchange(fn, f"{name}.{dtype}", clause, _producer(array), refusal="pass"):
-            if result.name == "consumer.capsule_protocol":
-                protocol.append(result)
+    for dtype in dtypes:
+        producer, expected = _dtype_case(layout, dtype)
+        for result in _exchange(
+            fn, name, clause, producer, refusal="pass", expected=expected, label=f"{name} {dtype}"
+        ):
+            if result.name != name:
+                lifetime.append(result)
             elif result.detail.startswith("refused"):
                 refused.append(dtype)
                 if result.status != "pass":
                     verdicts.append((result.status, f"{dtype}: {result.detail}"))
             elif result.status != "pass":
                 verdicts.append((result.status, f"{dtype}: {result.detail}"))
-    passed = f"{len(_DTYPES) - len(refused)} dtypes right" + (
+    passed = f"{len(dtypes) - len(refused)} dtypes right" + (
         f"; refused {', '.join(refused)}" if refused else ""
     )
-    return _results(name, clause, verdicts, passed) + protocol
+    return _results(name, clause, verdicts, passed) + lifetime
+
+
+def probe_dtypes(fn: Callable[..., Any]) -> list[CheckResult]:
+    clause = f"{HEADER}: DLDataType codes and bits (refuse unknown ones with BufferError)"
+    return _dtype_probe(fn, "consumer.dtypes", clause, _DTYPES)
+
+
+def probe_low_precision(fn: Callable[..., Any]) -> list[CheckResult]:
+    clause = f"{HEADER}: kDLBfloat (4) and the float8 codes (from 1.1): read right or refused"
+    return _dtype_probe(fn, "consumer.dtypes.low_precision", clause, list(_LOW_PRECISION))
 
 
 def probe_read_only(fn: Callable[..., Any]) -> list[CheckResult]:
     name = "consumer.read_only"
     clause = f"{ARRAY_API}: honour READ_ONLY, or ignore it if read-only cannot be expressed"
-    source = _grid()
-    producer = _producer(source, flags=1)
+    source = _layout(fn).grid()
+    producer = crafted(source, flags=READ_ONLY)
     outcome = _call(fn, producer, producer.made)
     verdicts: list[tuple[Status, str]] = []
     passed = ""
     if outcome.error is not None:
-        verdicts.append(("warn", f"refused a read-only tensor: {_err(outcome.error)}"))
+        verdicts.append(("warn", f"refused a read-only tensor: {describe(outcome.error)}"))
     elif not any(c.get("max_version") for c in producer.calls):
         passed = "got a legacy capsule (never asked max_version), so no flag to honour"
     else:
         verdicts.extend(_write_verdict(outcome.result, source))
         passed = "the result cannot be written"
-    protocol = _protocol(outcome, shared=None)
-    return _results(name, clause, verdicts, passed) + _results(
-        "consumer.capsule_protocol", PROTOCOL_CLAUSE, protocol, f"{name}: ok"
-    )
+    return _results(name, clause, verdicts, passed) + _finish(outcome, name)
 
 
 def _write_verdict(result: Any, source: np.ndarray) -> list[tuple[Status, str]]:
@@ -408,14 +395,14 @@ def _write_verdict(result: Any, source: np.ndarray) -> list[tuple[Status, str]]:
 def probe_cuda(fn: Callable[..., Any]) -> list[CheckResult]:
     name = "consumer.device"
     clause = f"{SPEC}: a kDLCUDA tensor is kept on its device or refused, never read as CPU"
-    source = _grid()
-    producer = _producer(source, device=(int(DLDeviceType.kDLCUDA), 0))
+    source = _layout(fn).grid()
+    producer = crafted(source, device=(int(DLDeviceType.kDLCUDA), 0))
     outcome = _call(fn, producer, producer.made)
     verdicts: list[tuple[Status, str]] = []
     passed = ""
     if outcome.error is not None:
         status: Status = "pass" if isinstance(outcome.error, _CLEAN) else "warn"
-        passed = f"refused: {_err(outcome.error)}"
+        passed = f"refused: {describe(outcome.error)}"
         if status != "pass":
             verdicts.append((status, passed + " (BufferError expected)"))
     else:
@@ -424,21 +411,148 @@ def probe_cuda(fn: Callable[..., Any]) -> list[CheckResult]:
             kind, index = outcome.result.__dlpack_device__()
             device = (int(kind), 0 if index is None else int(index))
         except Exception as exc:
-            verdicts.append(("warn", f"accepted; its device cannot be read: {_err(exc)}"))
+            verdicts.append(("warn", f"accepted; its device cannot be read: {describe(exc)}"))
         if device is not None and device[0] != int(DLDeviceType.kDLCUDA):
             verdicts.append(("fail", f"accepted a CUDA tensor as device {device}"))
         passed = f"kept on device {device}"
-    protocol = _protocol(outcome, shared=None)
-    return _results(name, clause, verdicts, passed) + _results(
-        "consumer.capsule_protocol", PROTOCOL_CLAUSE, protocol, f"{name}: ok"
+    return _results(name, clause, verdicts, passed) + _finish(outcome, name)
+
+
+def _no_keyword(exc: BaseException, keyword: str) -> bool:
+    """Whether exc says the consumer does not take ``keyword=``."""
+    return (
+        isinstance(exc, TypeError)
+        and keyword in str(exc)
+        and any(w in str(exc) for w in ("unexpected keyword", "incompatible", "positional"))
     )
+
+
+def _keyword_exchange(
+    fn: Callable[..., Any], name: str, clause: str, copy: bool
+) -> list[CheckResult]:
+    source = _layout(fn).grid()
+    producer = crafted(source)
+    outcome = _call(fn, producer, producer.made, copy=copy)
+    verdicts: list[tuple[Status, str]] = []
+    shared = None
+    passed = ""
+    error = outcome.error
+    if error is not None and _no_keyword(error, "copy"):
+        verdicts.append(("warn", f"does not take copy= ({describe(error)})"))
+    elif error is not None:
+        if copy:
+            verdicts.append(("fail", f"copy=True of host memory refused: {describe(error)}"))
+        elif isinstance(error, (BufferError, ValueError)):
+            passed = f"refused (a copy would be needed): {describe(error)}"
+        else:
+            detail = f"copy=False raised {describe(error)} (BufferError or ValueError expected)"
+            verdicts.append(("fail", detail))
+    else:
+        back = Readback(outcome.result)
+        if back.tensor is None:
+            verdicts.append(("warn", back.note or "the result could not be read"))
+        else:
+            status, detail = Expected(source).verdict(back)
+            if status != "pass":
+                verdicts.append((status, detail))
+            shared = back.address == address(source)
+            if copy and shared:
+                verdicts.append(("fail", "copy=True returned the producer's memory, not a copy"))
+            if not copy and not shared:
+                verdicts.append(("fail", "copy=False returned a copy"))
+            passed = "a copy" if copy else "shared memory"
+        del back
+    return _results(name, clause, verdicts, passed) + _finish(outcome, name, shared=shared)
+
+
+def probe_copy_true(fn: Callable[..., Any]) -> list[CheckResult]:
+    clause = f"{ARRAY_API} 2023.12: from_dlpack(x, copy=True) always copies"
+    return _keyword_exchange(fn, "consumer.copy.true", clause, True)
+
+
+def probe_copy_false(fn: Callable[..., Any]) -> list[CheckResult]:
+    clause = f"{ARRAY_API} 2023.12: from_dlpack(x, copy=False) never copies (or raises)"
+    return _keyword_exchange(fn, "consumer.copy.false", clause, False)
+
+
+def probe_device_argument(fn: Callable[..., Any]) -> list[CheckResult]:
+    name = "consumer.device_argument"
+    clause = f"{ARRAY_API} 2023.12: from_dlpack(x, device=d) with the device of its own result"
+    source = _layout(fn).grid()
+    first = crafted(source)
+    outcome = _call(fn, first, first.made)
+    device = getattr(outcome.result, "device", None)
+    _protocol(outcome, name, shared=None)
+    if device is None:
+        detail = "its result has no .device to ask for (or the plain call failed)"
+        return [CheckResult(name, "skip", detail, clause)]
+    producer = crafted(source)
+    outcome = _call(fn, producer, producer.made, device=device)
+    verdicts: list[tuple[Status, str]] = []
+    error = outcome.error
+    if error is not None and _no_keyword(error, "device"):
+        verdicts.append(("warn", f"does not take device= ({describe(error)})"))
+    elif error is not None:
+        verdicts.append(("fail", f"device={device!r} (its own) raised {describe(error)}"))
+    else:
+        back = Readback(outcome.result)
+        if back.tensor is None:
+            verdicts.append(("warn", back.note or "the result could not be read"))
+        else:
+            status, detail = Expected(source).verdict(back)
+            if status != "pass":
+                verdicts.append((status, detail))
+        del back
+    return _results(name, clause, verdicts, f"device={device!r} accepted") + _finish(outcome, name)
+
+
+def probe_read_after_free(fn: Callable[..., Any]) -> list[CheckResult]:
+    name = "consumer.read_after_free"
+    clause = f"{HEADER}: nothing is read through a managed tensor after its deleter ran"
+    verdicts: list[tuple[Status, str]] = []
+    results: list[CheckResult] = []
+    # 1. The memory: the deleter poisons it, so values read after it are wrong.
+    source = _layout(fn).grid()
+    expected = source.copy()
+    producer = crafted(source, poison=True)
+    outcome = _call(fn, producer, producer.made)
+    if outcome.error is None:
+        back = Readback(outcome.result)
+        if back.tensor is not None:
+            values = np.array(back.tensor, copy=True)
+            if not np.array_equal(values, expected) and np.all(values == -1):
+                verdicts.append(("fail", "read the tensor's memory after calling its deleter"))
+        del back
+    results += _finish(outcome, f"{name} (memory)")
+    # 2. The capsule: a producer handing out the same capsule again, once consumed.
+    producer = crafted(_layout(fn).grid(), "same-capsule")
+    first = _call(fn, producer, producer.made)
+    if first.error is None and first.after:
+        name_after, calls_after = first.after[0]
+        second = _call(fn, producer, [])
+        accepted = second.error is None
+        second.result = second.error = None
+        if accepted and calls_after:
+            verdicts.append(
+                (
+                    "fail",
+                    "imported a capsule again after calling its deleter (it left it named "
+                    f"{name_after!r}): a use after free",
+                )
+            )
+        elif accepted and not str(name_after).startswith("used_"):
+            verdicts.append(("fail", "imported one capsule twice (it does not rename it)"))
+        elif accepted:
+            verdicts.append(("fail", f"imported a capsule named {name_after!r}"))
+    results += _finish(first, f"{name} (capsule)")
+    return _results(name, clause, verdicts, "nothing read after the deleter") + results
 
 
 def probe_used_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
     name = "consumer.used_capsule"
     clause = f"{SPEC}: a capsule named used_* is consumed already: refuse it"
     verdicts: list[tuple[Status, str]] = []
-    capsule, counter = _craft(_grid(), versioned=True)
+    capsule, counter = craft(grid(), versioned=True)
     _testing.set_capsule_name(capsule, "used_dltensor_versioned")
     try:
         fn(capsule)
@@ -449,7 +563,7 @@ def probe_used_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
     if counter.calls:
         verdicts.append(("fail", "called the deleter of a used capsule"))
     # The same through a producer whose __dlpack__ hands out a used capsule.
-    producer = _producer(_grid())
+    producer = crafted(_layout(fn).grid())
     original = producer.__dlpack__
 
     def used(**kwargs: Any) -> Any:
@@ -476,12 +590,12 @@ def probe_used_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
 def probe_raw_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
     name = "consumer.raw_capsule_twice"
     clause = f"{SPEC}: a consumed capsule is renamed, so a second import is refused"
-    source = _grid()
-    capsule, counter = _craft(source, versioned=False)
+    source = _layout(fn).grid()
+    capsule, counter = craft(source, versioned=False)
     try:
         first = fn(capsule)
     except Exception as exc:
-        detail = f"raw capsules are not taken ({_err(exc)}); not in the standard"
+        detail = f"raw capsules are not taken ({describe(exc)}); not in the standard"
         return [CheckResult(name, "skip", detail, clause)]
     verdicts: list[tuple[Status, str]] = []
     if not str(_testing.capsule_name(capsule)).startswith("used_"):
@@ -503,6 +617,7 @@ def probe_raw_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
     return _results(name, clause, verdicts, "renamed on import; a second import refused")
 
 
+_MALFORMED_CLAUSE = f"{HEADER}: refuse what cannot be read (BufferError), never read it"
 _MALFORMED: dict[str, dict[str, Any]] = {
     "ndim -1": dict(ndim=-1),
     "dtype code 99": dict(dtype=(99, 32, 1)),
@@ -511,38 +626,113 @@ _MALFORMED: dict[str, dict[str, Any]] = {
 }
 
 
-def probe_malformed(fn: Callable[..., Any]) -> list[CheckResult]:
-    name = "consumer.malformed"
-    clause = f"{HEADER}: refuse what cannot be read (BufferError), never read it"
-    verdicts: list[tuple[Status, str]] = []
-    protocol: list[tuple[Status, str]] = []
-    for label, fields in _MALFORMED.items():
-        producer = _producer(_grid(), "versioned-only", **fields)
+def _malformed(label: str) -> Callable[[Callable[..., Any]], list[CheckResult]]:
+    """The probe of one malformed struct (one each: a crash names its case)."""
+
+    def probe(fn: Callable[..., Any]) -> list[CheckResult]:
+        name, clause = "consumer.malformed", _MALFORMED_CLAUSE
+        producer = crafted(_layout(fn).grid(), "versioned-only", **_MALFORMED[label])
         outcome = _call(fn, producer, producer.made)
+        verdicts: list[tuple[Status, str]] = []
         if outcome.error is None:
             verdicts.append(("fail", f"{label}: accepted"))
         elif not isinstance(outcome.error, BufferError):
-            verdicts.append(("warn", f"{label}: {_err(outcome.error)} (BufferError expected)"))
-        protocol += [(s, f"{label}: {d}") for s, d in _protocol(outcome, shared=None)]
-    return _results(name, clause, verdicts, f"{len(_MALFORMED)} refused") + _results(
-        "consumer.capsule_protocol", PROTOCOL_CLAUSE, protocol, f"{name}: ok"
-    )
+            verdicts.append(("warn", f"{label}: {describe(outcome.error)} (BufferError expected)"))
+        passed = f"{label}: refused"
+        return _results(name, clause, verdicts, passed) + _finish(outcome, f"{name} {label}")
+
+    return probe
 
 
 PROBES = [
-    Probe("consumer.basic", f"{SPEC}: from_dlpack", probe_versioned),
-    Probe("consumer.legacy_producer", f"{SPEC}: legacy producers", probe_legacy_only),
-    Probe("consumer.legacy_answer", f"{SPEC}: legacy answers", probe_legacy_answer),
-    Probe("consumer.versioned_only", f"{SPEC}: versioned producers", probe_versioned_only),
-    Probe("consumer.dtypes", f"{HEADER}: DLDataType", probe_dtypes),
-    Probe("consumer.byte_offset", f"{HEADER}: byte_offset", probe_byte_offset),
-    Probe("consumer.null_strides", f"{HEADER}: NULL strides", probe_null_strides),
-    Probe("consumer.size0_null_data", f"{HEADER}: size-0 tensors", probe_size0),
-    Probe("consumer.read_only", f"{ARRAY_API}: READ_ONLY", probe_read_only),
-    Probe("consumer.negative_strides", f"{HEADER}: negative strides", probe_negative_strides),
-    Probe("consumer.zero_strides", f"{HEADER}: zero strides", probe_zero_strides),
-    Probe("consumer.device", f"{SPEC}: devices", probe_cuda),
-    Probe("consumer.used_capsule", f"{SPEC}: used capsules", probe_used_capsule),
-    Probe("consumer.raw_capsule_twice", f"{SPEC}: consumed capsules", probe_raw_capsule),
-    Probe("consumer.malformed", f"{HEADER}: malformed structs", probe_malformed),
+    Probe("consumer.basic", f"{SPEC}: a producer answering both kinds of capsule", probe_versioned),
+    Probe(
+        "consumer.legacy_producer",
+        f"{SPEC}: retry without max_version when a pre-1.0 producer raises TypeError",
+        probe_legacy_only,
+    ),
+    Probe(
+        "consumer.legacy_answer",
+        f"{SPEC}: a producer may answer max_version with a legacy capsule",
+        probe_legacy_answer,
+    ),
+    Probe(
+        "consumer.versioned_only",
+        f"{SPEC}: producers may refuse legacy export (BufferError) since 2025",
+        probe_versioned_only,
+    ),
+    Probe(
+        "consumer.dtypes",
+        f"{HEADER}: DLDataType codes and bits (refuse unknown ones with BufferError)",
+        probe_dtypes,
+    ),
+    Probe(
+        "consumer.dtypes.low_precision",
+        f"{HEADER}: kDLBfloat (4) and the float8 codes (from 1.1): read right or refused",
+        probe_low_precision,
+    ),
+    Probe(
+        "consumer.byte_offset", f"{HEADER}: element 0 is at data + byte_offset", probe_byte_offset
+    ),
+    Probe(
+        "consumer.null_strides",
+        f"{HEADER}: NULL strides (legacy, < 1.2) mean C-contiguous",
+        probe_null_strides,
+    ),
+    Probe("consumer.size0_null_data", f"{HEADER}: a size-0 tensor's data may be NULL", probe_size0),
+    Probe(
+        "consumer.read_only",
+        f"{ARRAY_API}: honour READ_ONLY, or ignore it if read-only cannot be expressed",
+        probe_read_only,
+    ),
+    Probe(
+        "consumer.copy.true",
+        f"{ARRAY_API} 2023.12: from_dlpack(x, copy=True) always copies",
+        probe_copy_true,
+    ),
+    Probe(
+        "consumer.copy.false",
+        f"{ARRAY_API} 2023.12: from_dlpack(x, copy=False) never copies (or raises)",
+        probe_copy_false,
+    ),
+    Probe(
+        "consumer.device_argument",
+        f"{ARRAY_API} 2023.12: from_dlpack(x, device=d) with the device of its own result",
+        probe_device_argument,
+    ),
+    Probe(
+        "consumer.read_after_free",
+        f"{HEADER}: nothing is read through a managed tensor after its deleter ran",
+        probe_read_after_free,
+    ),
+    Probe(
+        "consumer.negative_strides",
+        f"{HEADER}: negative strides are legal; support them or raise BufferError",
+        probe_negative_strides,
+    ),
+    Probe(
+        "consumer.zero_strides",
+        f"{HEADER}: zero strides (broadcast views) are legal; support or BufferError",
+        probe_zero_strides,
+    ),
+    Probe(
+        "consumer.device",
+        f"{SPEC}: a kDLCUDA tensor is kept on its device or refused, never read as CPU",
+        probe_cuda,
+    ),
+    Probe(
+        "consumer.used_capsule",
+        f"{SPEC}: a capsule named used_* is consumed already: refuse it",
+        probe_used_capsule,
+    ),
+    Probe(
+        "consumer.raw_capsule_twice",
+        f"{SPEC}: a consumed capsule is renamed, so a second import is refused",
+        probe_raw_capsule,
+    ),
+    *(
+        Probe(f"consumer.malformed[{label}]", clause, _malformed(label), "consumer.malformed")
+        for label in _MALFORMED
+        for clause in [_MALFORMED_CLAUSE]
+    ),
 ]

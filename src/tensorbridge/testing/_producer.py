@@ -3,9 +3,12 @@
 
 Every probe takes ``make`` (see `check_producer`), makes fresh objects with it,
 exports them and reads what comes back with tensorbridge's own means: the capsule's
-struct without consuming it (`inspect_capsule`), its values through
-`tensorbridge.from_dlpack`, and the reference count of the exported object to see
-whether the producer's deleter ran.
+struct without consuming it (`_raw.read_capsule`, once the struct is known to be the
+one the capsule's name says), its values through `tensorbridge.from_dlpack`, and the
+reference count of the exported object to see whether the producer's deleter ran
+(also when called on a thread without the GIL, `_raw.native_call`). A producer with
+a pre-1.0 signature is asked again without ``max_version`` by the checks that are not
+about the version, as consumers do.
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ from tensorbridge import _core
 from tensorbridge._devices import DLDeviceType
 from tensorbridge._dtypes import dtype_from_code
 from tensorbridge.testing._isolate import Probe
+from tensorbridge.testing._raw import (
+    DELETER_SECONDS,
+    DEVICE_TYPES,
+    KNOWN_FLAGS,
+    StructMismatch,
+    capsule_name,
+    capsule_pointer,
+    native_call,
+    peek_mismatch,
+    read_capsule,
+)
 from tensorbridge.testing._report import CheckResult, Status, worst
 
 __all__ = ["CASES", "PROBES"]
@@ -35,9 +49,7 @@ SPEC = "DLPack Python spec"
 HEADER = "dlpack.h 1.3"
 ARRAY_API = "Array API"
 
-READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
-_KNOWN_FLAGS = READ_ONLY | IS_COPIED | SUBBYTE_PADDED
-_DEVICE_TYPES = frozenset(int(d) for d in DLDeviceType)
+READ_ONLY, IS_COPIED = 1, 2
 _MAX_VERSION = (1, 3)
 
 
@@ -121,6 +133,19 @@ def _export(x: Any, **kwargs: Any) -> Any:
     return x.__dlpack__(**kwargs)
 
 
+def _export_any(x: Any, **kwargs: Any) -> Any:
+    """``x.__dlpack__(**kwargs)``, asked again without ``max_version`` when a pre-1.0
+    signature refuses it (TypeError), as consumers do: for the checks that are not
+    about the version."""
+    try:
+        return x.__dlpack__(**kwargs)
+    except TypeError as exc:
+        if "max_version" not in kwargs or "max_version" not in str(exc):
+            raise
+    kwargs.pop("max_version")
+    return x.__dlpack__(**kwargs)
+
+
 def _call(kwargs: dict[str, Any]) -> str:
     return "__dlpack__(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
@@ -139,6 +164,9 @@ def _pointer(info: dict[str, Any]) -> int:
 
 def _values(capsule: Any) -> np.ndarray:
     """The values a capsule holds, copied out (consumes it)."""
+    mismatch = peek_mismatch(capsule)
+    if mismatch is not None:
+        raise StructMismatch(mismatch)
     t = tb.from_dlpack(capsule)
     try:
         return np.array(t, copy=True)
@@ -201,14 +229,14 @@ def probe_device(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "fail", f"__dlpack_device__() returned {answer!r}", clause)
     kind, index = answer
     problems = []
-    if not isinstance(kind, int) or isinstance(kind, bool) or int(kind) not in _DEVICE_TYPES:
+    if not isinstance(kind, int) or isinstance(kind, bool) or int(kind) not in DEVICE_TYPES:
         problems.append(f"device type {kind!r} is not a DLDeviceType value")
     if not isinstance(index, int) or isinstance(index, bool):
         problems.append(f"device id {index!r} is not an int")
     if problems:
         return _result(name, "fail", f"returned {answer!r}: " + "; ".join(problems), clause)
     try:
-        info = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+        info = read_capsule(_export_any(x, max_version=_MAX_VERSION))
     except Exception:
         info = None
     if info is not None and "device" in info and info["device"] != (int(kind), int(index)):
@@ -228,16 +256,10 @@ def probe_legacy(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "warn", detail, clause)
     except Exception as exc:
         return _result(name, "fail", f"__dlpack__() raised {_err(exc)}", clause)
-    got = _capsule_name(capsule)
+    got = capsule_name(capsule)
     if got != "dltensor":
         return _result(name, "fail", f"__dlpack__() returned a capsule named {got!r}", clause)
     return _result(name, "pass", "legacy 'dltensor' capsule", clause)
-
-
-def _capsule_name(capsule: Any) -> str | None:
-    if not _core.is_capsule(capsule):
-        return f"<not a capsule: {type(capsule).__name__}>"
-    return str(_testing.capsule_name(capsule))
 
 
 def probe_versioned(make: Callable[..., Any]) -> list[CheckResult]:
@@ -254,14 +276,14 @@ def probe_versioned(make: Callable[..., Any]) -> list[CheckResult]:
         except Exception as exc:
             problems.append(("fail", f"max_version={request} raised {_err(exc)}"))
             continue
-        got = _capsule_name(capsule)
+        got = capsule_name(capsule)
         if got == "dltensor":
             problems.append(("warn", f"max_version={request} gave a legacy capsule"))
             continue
         if got != "dltensor_versioned":
             problems.append(("fail", f"max_version={request} gave a capsule named {got!r}"))
             continue
-        version = _core.inspect_capsule(capsule)["version"]
+        version = read_capsule(capsule)["version"]
         if version[0] != 1:
             problems.append(("fail", f"max_version={request} gave version {version}"))
     if not problems:
@@ -280,7 +302,7 @@ def probe_older_major(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "pass", "BufferError (legacy export not supported)", clause)
     except Exception as exc:
         return _result(name, "fail", f"max_version=(0, 8) raised {_err(exc)}", clause)
-    got = _capsule_name(capsule)
+    got = capsule_name(capsule)
     if got != "dltensor":
         return _result(name, "fail", f"max_version=(0, 8) gave a capsule named {got!r}", clause)
     return _result(name, "pass", "legacy capsule", clause)
@@ -292,7 +314,7 @@ def probe_stream(make: Callable[..., Any]) -> list[CheckResult]:
     if not _is_cpu(x):
         return _result(name, "skip", "not a CPU producer", clause)
     try:
-        _export(x, stream=None, max_version=_MAX_VERSION)
+        _export_any(x, stream=None, max_version=_MAX_VERSION)
     except Exception as exc:
         return _result(name, "fail", f"stream=None raised {_err(exc)}", clause)
     return _result(name, "pass", "stream=None accepted", clause)
@@ -307,7 +329,7 @@ def probe_dl_device(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "skip", "__dlpack_device__() gave no usable device", clause)
     kwargs = {"max_version": _MAX_VERSION, "dl_device": dev}
     try:
-        info = _core.inspect_capsule(_export(x, **kwargs))
+        info = read_capsule(_export_any(x, **kwargs))
     except Exception as exc:
         return _result(name, "fail", f"{_call(kwargs)} raised {_err(exc)}", clause)
     if info.get("device") != dev:
@@ -324,18 +346,18 @@ def probe_copy_true(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "skip", "not a CPU producer", clause)
     kwargs = {"max_version": _MAX_VERSION, "copy": True}
     try:
-        original = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
-        capsule = _export(x, **kwargs)
+        capsule = _export_any(x, **kwargs)
+        original = read_capsule(_export_any(x, max_version=_MAX_VERSION))
     except Exception as exc:
         return _result(name, "fail", f"{_call(kwargs)} raised {_err(exc)}", clause)
-    info = _core.inspect_capsule(capsule)
+    info = read_capsule(capsule)
     problems = []
     if _pointer(info) == _pointer(original) and info.get("data"):
         problems.append("the export shares the object's memory")
     if info["flags"] is not None and not info["flags"] & IS_COPIED:
         problems.append(f"IS_COPIED is not set (flags={info['flags']})")
     try:
-        same = _same(_values(capsule), _values(_export(x, max_version=_MAX_VERSION)))
+        same = _same(_values(capsule), _values(_export_any(x, max_version=_MAX_VERSION)))
     except Exception as exc:
         problems.append(f"the copy could not be read: {_err(exc)}")
     else:
@@ -352,8 +374,8 @@ def probe_copy_false(make: Callable[..., Any]) -> list[CheckResult]:
     x = _make(make)
     kwargs = {"max_version": _MAX_VERSION, "copy": False}
     try:
-        original = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
-        info = _core.inspect_capsule(_export(x, **kwargs))
+        info = read_capsule(_export_any(x, **kwargs))
+        original = read_capsule(_export_any(x, max_version=_MAX_VERSION))
     except BufferError as exc:
         return _result(name, "warn", f"{_call(kwargs)} refused: {_err(exc)}", clause)
     except Exception as exc:
@@ -372,8 +394,8 @@ def probe_fresh(make: Callable[..., Any]) -> list[CheckResult]:
     name = "producer.fresh_capsule"
     clause = f"{SPEC}: each __dlpack__ call returns a new capsule, consumable on its own"
     x = _make(make)
-    first = _export(x, max_version=_MAX_VERSION)
-    second = _export(x, max_version=_MAX_VERSION)
+    first = _export_any(x, max_version=_MAX_VERSION)
+    second = _export_any(x, max_version=_MAX_VERSION)
     if first is second:
         return _result(name, "fail", "two calls returned the same capsule object", clause)
     if not _is_cpu(x):
@@ -393,6 +415,8 @@ def probe_fresh(make: Callable[..., Any]) -> list[CheckResult]:
 
 
 _STRUCT_CHECKS = {
+    "producer.struct.kind": f"{SPEC}: 'dltensor' holds a DLManagedTensor, "
+    "'dltensor_versioned' a DLManagedTensorVersioned",
     "producer.struct.version": f"{HEADER}: DLManagedTensorVersioned.version.major == 1",
     "producer.struct.ndim_shape": f"{HEADER}: ndim >= 0; shape has ndim entries >= 0",
     "producer.struct.dtype": f"{HEADER}: a known (code, bits, lanes) of the exported dtype",
@@ -421,7 +445,7 @@ def _check_struct(
             tally.add("producer.struct.version", "fail", f"{label}: version {info['version']}")
             return False
         flags = info["flags"]
-        if flags & ~_KNOWN_FLAGS:
+        if flags & ~KNOWN_FLAGS:
             tally.add("producer.struct.flags", "fail", f"{label}: unknown flag bits {flags:#x}")
         else:
             tally.add("producer.struct.flags", "pass")
@@ -451,7 +475,7 @@ def _check_struct(
         tally.add("producer.struct.dtype", "fail", detail)
     else:
         tally.add("producer.struct.dtype", "pass")
-    if info["device"][0] not in _DEVICE_TYPES:
+    if info["device"][0] not in DEVICE_TYPES:
         tally.add("producer.struct.device", "fail", f"{label}: unknown device {info['device']}")
         sound = False
     elif device is not None and info["device"] != device:
@@ -494,9 +518,14 @@ def probe_struct(make: Callable[..., Any]) -> list[CheckResult]:
                 capsule = _export(x, **kwargs)
             except Exception:
                 continue  # graded by the keyword and read-only checks
-            if _capsule_name(capsule) not in ("dltensor", "dltensor_versioned"):
+            if capsule_name(capsule) not in ("dltensor", "dltensor_versioned"):
                 continue
-            info = _core.inspect_capsule(capsule)
+            mismatch = peek_mismatch(capsule)
+            if mismatch is not None:
+                tally.add("producer.struct.kind", "fail", f"{label}: {mismatch}")
+                continue
+            tally.add("producer.struct.kind", "pass")
+            info = read_capsule(capsule)
             if not _check_struct(tally, label, info, device, expected) or not cpu:
                 continue
             try:
@@ -528,7 +557,7 @@ def probe_read_only(make: Callable[..., Any]) -> list[CheckResult]:
             return _result(name, "skip", detail, clause)
     problems: list[tuple[Status, str]] = []
     try:
-        info = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
+        info = read_capsule(_export_any(x, max_version=_MAX_VERSION))
     except Exception as exc:
         problems.append(("fail", f"versioned export raised {_err(exc)}"))
     else:
@@ -537,13 +566,13 @@ def probe_read_only(make: Callable[..., Any]) -> list[CheckResult]:
         elif not info["flags"] & READ_ONLY:
             problems.append(("fail", f"versioned export without READ_ONLY (flags={info['flags']})"))
     try:
-        capsule = _export(x)
+        capsule = _export_any(x)
     except BufferError:
         pass
     except Exception as exc:
         problems.append(("fail", f"legacy export raised {_err(exc)}, not BufferError"))
     else:
-        if _capsule_name(capsule) == "dltensor":
+        if capsule_name(capsule) == "dltensor":
             problems.append(("warn", "exported as a legacy capsule, which cannot say read-only"))
     if not problems:
         return _result(name, "pass", "READ_ONLY set; legacy export refused", clause)
@@ -561,7 +590,7 @@ def probe_deleter_unconsumed(make: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{SPEC}: an unconsumed capsule's destructor calls the deleter once"
     x = _make(make)
     base = _references(x)
-    capsule = _export(x, max_version=_MAX_VERSION)
+    capsule = _export_any(x, max_version=_MAX_VERSION)
     if _references(x) <= base:
         detail = "the export holds no reference to the object, so its release cannot be seen"
         return _result(name, "skip", detail, clause)
@@ -581,7 +610,7 @@ def probe_deleter_once(make: Callable[..., Any]) -> list[CheckResult]:
     clause = f"{SPEC}: a consumed capsule's destructor does nothing; the deleter runs once"
     x = _make(make)
     base = _references(x)
-    capsule = _export(x, max_version=_MAX_VERSION)
+    capsule = _export_any(x, max_version=_MAX_VERSION)
     held = _references(x) - base
     if held <= 0:
         detail = "the export holds no reference to the object, so its release cannot be seen"
@@ -599,6 +628,45 @@ def probe_deleter_once(make: Callable[..., Any]) -> list[CheckResult]:
     if left < 0:
         return _result(name, "fail", "the object was released more than once", clause)
     return _result(name, "pass", "released once, by the consumer's deleter call", clause)
+
+
+def probe_deleter_no_gil(make: Callable[..., Any]) -> list[CheckResult]:
+    name = "producer.deleter.no_gil"
+    clause = f"{HEADER}: the deleter may be called from any thread, without the GIL"
+    x = _make(make)
+    base = _references(x)
+    capsule = _export_any(x, max_version=_MAX_VERSION)
+    kind = capsule_name(capsule)
+    if kind not in ("dltensor", "dltensor_versioned") or peek_mismatch(capsule) is not None:
+        return _result(name, "skip", f"no capsule to take ({kind!r})", clause)
+    held = _references(x) - base
+    address = capsule_pointer(capsule, kind.encode())
+    if address is None:
+        return _result(name, "skip", "the capsule holds a NULL pointer", clause)
+    offset = 16 if kind == "dltensor_versioned" else 56  # DLManagedTensor(Versioned).deleter
+    deleter = ctypes.c_void_p.from_address(address + offset).value
+    if not deleter:
+        return _result(name, "skip", "NULL deleter (nothing to call)", clause)
+    _testing.set_capsule_name(capsule, "used_" + kind)  # consumed: its destructor leaves it
+    problem = native_call(deleter, address)
+    del capsule
+    if problem == "hung":
+        detail = (
+            f"called on a thread without a Python thread state, the deleter did not "
+            f"return within {DELETER_SECONDS:g} s (a deadlock)"
+        )
+        return _result(name, "fail", detail, clause)
+    if problem is not None:
+        return _result(name, "skip", problem, clause)
+    if held > 0:
+        left = _references(x) - base
+        if left > 0:
+            detail = "called without the GIL, the deleter did not release the object"
+            return _result(name, "fail", detail, clause)
+        if left < 0:
+            return _result(name, "fail", "the object was released more than once", clause)
+        return _result(name, "pass", "called without the GIL: returned, object released", clause)
+    return _result(name, "pass", "called without the GIL on a thread of its own: returned", clause)
 
 
 class _ExchangeAPI(ctypes.Structure):
@@ -622,16 +690,6 @@ _MANDATORY = (
 )
 
 
-def _capsule_pointer(capsule: Any, name: bytes) -> int | None:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    try:
-        return get(capsule, name) or None
-    except ValueError:
-        return None
-
-
 def probe_exchange_api(make: Callable[..., Any]) -> list[CheckResult]:
     name = "producer.c_exchange_api"
     clause = f"{HEADER}: type(x).__dlpack_c_exchange_api__ (a 'dlpack_exchange_api' capsule)"
@@ -642,10 +700,10 @@ def probe_exchange_api(make: Callable[..., Any]) -> list[CheckResult]:
             detail = "only the DLPack 1.2 attribute __c_dlpack_exchange_api__"
             return _result(name, "warn", detail, clause)
         return _result(name, "skip", "the type has no C exchange table", clause)
-    if not _core.is_capsule(api) or _capsule_name(api) != "dlpack_exchange_api":
-        detail = f"the attribute is {type(api).__name__} {_capsule_name(api)!r}"
+    if not _core.is_capsule(api) or capsule_name(api) != "dlpack_exchange_api":
+        detail = f"the attribute is {type(api).__name__} {capsule_name(api)!r}"
         return _result(name, "fail", detail, clause)
-    address = _capsule_pointer(api, b"dlpack_exchange_api")
+    address = capsule_pointer(api, b"dlpack_exchange_api")
     if address is None:
         return _result(name, "fail", "the capsule holds a NULL pointer", clause)
     table = _ExchangeAPI.from_address(address)
@@ -657,19 +715,19 @@ def probe_exchange_api(make: Callable[..., Any]) -> list[CheckResult]:
         return _result(name, "fail", "NULL mandatory functions: " + ", ".join(missing), clause)
     problems = []
     try:
-        want = _core.inspect_capsule(_export(x, max_version=_MAX_VERSION))
-        got = _core.inspect_capsule(_testing.table_from_py(x))
+        want = read_capsule(_export_any(x, max_version=_MAX_VERSION))
+        got = read_capsule(_testing.table_from_py(x))
         for key in ("ndim", "dtype", "device", "shape"):
             if got.get(key) != want.get(key):
                 problems.append(f"from_py: {key} {got.get(key)} vs __dlpack__ {want.get(key)}")
         if _is_cpu(x):
-            values = _values(_export(x, max_version=_MAX_VERSION))
+            values = _values(_export_any(x, max_version=_MAX_VERSION))
             if not _same(_values(_testing.table_from_py(x)), values):
                 problems.append("from_py: values differ from __dlpack__'s")
-            back = _testing.table_to_py(x, _export(x, max_version=_MAX_VERSION))
+            back = _testing.table_to_py(x, _export_any(x, max_version=_MAX_VERSION))
             if not isinstance(back, type(x)):
                 problems.append(f"to_py returned a {type(back).__name__}")
-            elif not _same(_values(_export(back, max_version=_MAX_VERSION)), values):
+            elif not _same(_values(_export_any(back, max_version=_MAX_VERSION)), values):
                 problems.append("to_py: the object's values differ")
             _testing.table_stream(x, int(DLDeviceType.kDLCPU), 0)
     except Exception as exc:
@@ -680,18 +738,75 @@ def probe_exchange_api(make: Callable[..., Any]) -> list[CheckResult]:
 
 
 PROBES = [
-    Probe("producer.dlpack_device", f"{SPEC}: __dlpack_device__", probe_device),
-    Probe("producer.max_version.none", f"{SPEC}: __dlpack__()", probe_legacy),
-    Probe("producer.max_version.1", f"{SPEC}: __dlpack__(max_version)", probe_versioned),
-    Probe("producer.max_version.0", f"{SPEC}: __dlpack__(max_version)", probe_older_major),
-    Probe("producer.stream", f"{SPEC}: __dlpack__(stream)", probe_stream),
-    Probe("producer.dl_device", f"{ARRAY_API}: __dlpack__(dl_device)", probe_dl_device),
-    Probe("producer.copy.true", f"{ARRAY_API}: __dlpack__(copy=True)", probe_copy_true),
-    Probe("producer.copy.false", f"{ARRAY_API}: __dlpack__(copy=False)", probe_copy_false),
-    Probe("producer.fresh_capsule", f"{SPEC}: one capsule per call", probe_fresh),
+    Probe(
+        "producer.dlpack_device",
+        f"{SPEC}: __dlpack_device__() -> (int enum, int)",
+        probe_device,
+    ),
+    Probe(
+        "producer.max_version.none",
+        f"{SPEC}: __dlpack__() without max_version returns a legacy 'dltensor' capsule",
+        probe_legacy,
+    ),
+    Probe(
+        "producer.max_version.1",
+        f"{SPEC}: __dlpack__(max_version=(1, x)) returns a 'dltensor_versioned' capsule",
+        probe_versioned,
+    ),
+    Probe(
+        "producer.max_version.0",
+        f"{SPEC}: max_version with an older major: a legacy capsule or BufferError",
+        probe_older_major,
+    ),
+    Probe(
+        "producer.stream",
+        f"{SPEC}: __dlpack__(stream=None) (the only CPU value)",
+        probe_stream,
+    ),
+    Probe(
+        "producer.dl_device",
+        f"{ARRAY_API} 2023.12: __dlpack__(dl_device=its own device) exports there",
+        probe_dl_device,
+    ),
+    Probe(
+        "producer.copy.true",
+        f"{ARRAY_API} 2023.12: __dlpack__(copy=True) copies and sets IS_COPIED",
+        probe_copy_true,
+    ),
+    Probe(
+        "producer.copy.false",
+        f"{ARRAY_API} 2023.12: __dlpack__(copy=False) never copies (BufferError instead)",
+        probe_copy_false,
+    ),
+    Probe(
+        "producer.fresh_capsule",
+        f"{SPEC}: each __dlpack__ call returns a new capsule, consumable on its own",
+        probe_fresh,
+    ),
     Probe("producer.struct", f"{HEADER}: DLTensor fields", probe_struct),
-    Probe("producer.read_only", f"{HEADER}: READ_ONLY", probe_read_only),
-    Probe("producer.deleter.unconsumed", f"{SPEC}: capsule destructor", probe_deleter_unconsumed),
-    Probe("producer.deleter.once", f"{SPEC}: deleter called once", probe_deleter_once),
-    Probe("producer.c_exchange_api", f"{HEADER}: DLPackExchangeAPI", probe_exchange_api),
+    Probe(
+        "producer.read_only",
+        f"{HEADER}: READ_ONLY set when the source is read-only (legacy: refuse)",
+        probe_read_only,
+    ),
+    Probe(
+        "producer.deleter.unconsumed",
+        f"{SPEC}: an unconsumed capsule's destructor calls the deleter once",
+        probe_deleter_unconsumed,
+    ),
+    Probe(
+        "producer.deleter.once",
+        f"{SPEC}: a consumed capsule's destructor does nothing; the deleter runs once",
+        probe_deleter_once,
+    ),
+    Probe(
+        "producer.deleter.no_gil",
+        f"{HEADER}: the deleter may be called from any thread, without the GIL",
+        probe_deleter_no_gil,
+    ),
+    Probe(
+        "producer.c_exchange_api",
+        f"{HEADER}: type(x).__dlpack_c_exchange_api__ (a 'dlpack_exchange_api' capsule)",
+        probe_exchange_api,
+    ),
 ]
