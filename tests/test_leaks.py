@@ -241,9 +241,10 @@ def _trim() -> None:
 
 def _rss_growth(step: Step, n: int) -> int:
     """Bytes the resident set grew by over ``n`` steps, after a warm-up."""
-    _run(step, WARMUP)
     gc.collect()
     _trim()  # (memory other tests freed would otherwise absorb what the steps take)
+    _run(step, WARMUP)  # (then the steps' own working set is resident again)
+    gc.collect()
     before = _rss()
     _run(step, n)
     gc.collect()
