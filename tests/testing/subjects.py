@@ -438,3 +438,282 @@ def abort_now() -> Any:
 def make_of(case: str) -> Any:
     """A Factory's function: the make of one case."""
     return lambda: tensorbridge_tensor(case)
+
+
+# ---------------------------------------------------------------------------------------
+# Review 14: one fake for every check, and the cases the checker misjudged
+
+import atexit  # noqa: E402
+import gc  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+IS_COPIED = 2
+
+
+def _copy_export(x: Wrapped, kw: dict[str, Any], flags: int) -> Any:
+    copy = np.array(x.array, copy=True)
+    versioned = kw.get("max_version") is not None and kw["max_version"][0] >= 1
+    extra = {"flags": flags} if versioned else {}
+    return x.craft(data=copy, owner=copy, versioned=versioned, **extra)
+
+
+class AlwaysCopies(Wrapped):
+    """Correct: every export is new memory (as a device-to-host exporter's), flagged
+    IS_COPIED; copy=False is refused."""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        if kw.get("copy") is False:
+            raise BufferError("this producer always copies")
+        return _copy_export(self, kw, IS_COPIED)
+
+
+class CopiesSilently(Wrapped):
+    """Broken: copies for copy=False too, without IS_COPIED (each copy freed with its
+    capsule, so the next one may get the same address)."""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return _copy_export(self, kw, IS_COPIED if kw.get("copy") else 0)
+
+
+class _Holder:
+    """Owns an export: in a reference cycle, and old (moved out of the young
+    generation by the allocations that follow it)."""
+
+    def __init__(self, x: Any) -> None:
+        self.x = x
+        self.me = self
+
+
+class CyclicOwner(Wrapped):
+    """Correct: its exports are owned by an object in a reference cycle."""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        holder = _Holder(self)
+        capsule = self.craft(versioned=kw.get("max_version") is not None, owner=holder)
+        junk = [[i] for i in range(3000)]  # young collections run: the holder gets old
+        del junk, holder
+        gc.collect(0)
+        return capsule
+
+
+# make() only: float32 crafted capsules with one field out of the ordinary
+AnyMajorVersioned = _crafting()  # a versioned capsule for max_version=(0, 8) too
+HugeByteOffset = _crafting(byte_offset=(1 << 64) - 8)  # wraps: tensorbridge refuses it
+ManyDims = _crafting(ndim=65)  # legal in DLPack, more than tensorbridge reads
+NewerMinorFlags = _crafting(flags=1 << 10, version=(1, 4))  # bits a 1.4 may define
+Fp4TwoLanes = _crafting(dtype=(17, 4, 2))  # not in dlpack.h (PyTorch's container)
+
+
+# An exchange table of a newer major version (2.0) whose prev_api is a working major-1
+# table, built here with ctypes: the 1.3 one is the one to grade and call.
+
+
+class _ExchangeAPI(ctypes.Structure):
+    """dlpack.h's DLPackExchangeAPI: the header (version, prev_api), five functions."""
+
+    _fields_ = [
+        ("major", ctypes.c_uint32),
+        ("minor", ctypes.c_uint32),
+        ("prev_api", ctypes.c_void_p),
+        *((f, ctypes.c_void_p) for f in ("allocate", "from_py", "to_py", "dltensor", "stream")),
+    ]
+
+
+_FROM_PY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+_TO_PY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+_ALLOCATE = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
+_STREAM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+_NAMES = (b"dltensor_versioned", b"dlpack_exchange_api")  # capsules keep the pointers
+
+
+@_FROM_PY
+def _table_from_py(obj: Any, out: Any) -> int:
+    capsule = obj.t.__dlpack__(max_version=(1, 3))
+    out[0] = _managed(capsule)
+    _testing.set_capsule_name(capsule, "used_dltensor_versioned")
+    return 0
+
+
+@_TO_PY
+def _table_to_py(managed: int, out: Any) -> int:
+    obj = TableV2.__new__(TableV2)
+    obj.t = tb.from_dlpack(_capsule_new(managed, _NAMES[0], None))
+    obj.array = np.array(obj.t)
+    _incref(obj)  # the new reference the caller owns
+    out[0] = id(obj)
+    return 0
+
+
+@_ALLOCATE
+def _table_allocate(prototype: int, out: int, context: int, set_error: int) -> int:
+    return -1  # never called by the checker
+
+
+@_STREAM
+def _table_stream(device_type: int, device_id: int, out: int) -> int:
+    ctypes.c_void_p.from_address(out).value = None
+    return 0
+
+
+_TABLE_1_3 = _ExchangeAPI(
+    1,
+    3,
+    None,
+    ctypes.cast(_table_allocate, ctypes.c_void_p),
+    ctypes.cast(_table_from_py, ctypes.c_void_p),
+    ctypes.cast(_table_to_py, ctypes.c_void_p),
+    None,
+    ctypes.cast(_table_stream, ctypes.c_void_p),
+)
+_HEADER_2_0 = (ctypes.c_uint32 * 4)(2, 0, 0, 0)  # major, minor, prev_api (8 bytes)
+ctypes.c_void_p.from_address(ctypes.addressof(_HEADER_2_0) + 8).value = ctypes.addressof(_TABLE_1_3)
+
+
+class TableV2(Wrapped):
+    __dlpack_c_exchange_api__ = _capsule_new(ctypes.addressof(_HEADER_2_0), _NAMES[1], None)
+
+
+class TableV2Only(Wrapped):
+    __dlpack_c_exchange_api__ = _testing.exchange_table("v2-only")
+
+
+_helpers: list[Any] = []
+
+
+def spawns_helper(pidfile: str) -> Any:
+    """A make() whose library starts a helper process on first use (a compile server,
+    a pool of workers): it inherits the checker child's output pipe and outlives it
+    unless it is killed. Its pid is written to ``pidfile``."""
+
+    def make() -> Any:
+        if not _helpers:
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            _helpers.append(helper)
+            with open(pidfile, "w") as f:
+                f.write(str(helper.pid))
+        return tensorbridge_tensor()
+
+    return make
+
+
+class _HangsTellingPid(Wrapped):
+    pidfile = ""
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        if "stream" in kw:
+            with open(self.pidfile, "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(600)
+        return self.t.__dlpack__(**kw)
+
+
+def hangs_telling_pid(pidfile: str) -> Any:
+    """A make() whose objects hang on stream=, after writing the process's pid."""
+
+    def make() -> Any:
+        x = _HangsTellingPid(CASES["float32"]())
+        x.pidfile = pidfile
+        return x
+
+    return make
+
+
+def exits_badly() -> Any:
+    """A make() of a library that ends the process with status 3 at exit."""
+    if not _helpers:
+        _helpers.append(atexit.register(os._exit, 3))
+    return tensorbridge_tensor()
+
+
+def exits_badly_consumer(x: Any) -> Any:
+    exits_badly()
+    return tb.from_dlpack(x)
+
+
+def wrong_values(x: Any) -> Any:
+    return np.array(tb.from_dlpack(x)) + 1
+
+
+def legacy_only(x: Any) -> Any:
+    """A pre-1.0 consumer: never passes max_version."""
+    return tb.from_dlpack(x.__dlpack__())
+
+
+def garbles_versioned_only(x: Any) -> Any:
+    """Asks legacy first; reads the versioned answer of a producer refusing legacy
+    export wrongly (reversed)."""
+    try:
+        return tb.from_dlpack(x.__dlpack__())
+    except BufferError:
+        return np.array(tb.from_dlpack(x.__dlpack__(max_version=(1, 3))))[::-1].copy()
+
+
+def refuses_null_data(x: Any) -> Any:
+    capsule = x.__dlpack__(max_version=(1, 3))
+    if _core.inspect_capsule(capsule)["data"] == 0:
+        raise BufferError("NULL data")
+    return tb.from_dlpack(capsule)
+
+
+def _strides(x: Any) -> tuple[Any, Any]:
+    capsule = x.__dlpack__(max_version=(1, 3))
+    return capsule, _core.inspect_capsule(capsule).get("strides") or ()
+
+
+def zero_strides_as_zeros(x: Any) -> Any:
+    capsule, strides = _strides(x)
+    t = tb.from_dlpack(capsule)
+    return np.zeros(t.shape, np.float32) if 0 in strides else t
+
+
+def drops_stride_signs(x: Any) -> Any:
+    capsule, strides = _strides(x)
+    values = np.array(tb.from_dlpack(capsule))
+    return np.flip(values, [i for i, s in enumerate(strides) if s < 0]).copy()
+
+
+def passes_stream_to_cpu(x: Any) -> Any:
+    """Passes a stream to a CPU producer (NumPy's raises on it)."""
+    return tb.from_dlpack(x.__dlpack__(stream=0, max_version=(1, 3)))
+
+
+def via_type(x: Any) -> Any:
+    """Looks __dlpack__ up on the type, as Python does for special methods."""
+    return tb.from_dlpack(type(x).__dlpack__(x, max_version=(1, 3)))
+
+
+class _Cyclic:
+    def __init__(self, t: Any) -> None:
+        self.t = t
+        self.me = self
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+
+def cyclic_result(x: Any) -> Any:
+    """Correct: its result sits in a reference cycle and, after some work, in an
+    older generation than the young one."""
+    result = _Cyclic(tb.from_dlpack(x))
+    junk = [[i] for i in range(3000)]
+    del junk
+    gc.collect(0)
+    return result
+
+
+def aborts_on_transposed(case: str = "float32") -> Any:
+    """A make() that kills the process when asked for a transposed view (only the
+    struct probe asks for the cases)."""
+    if case == "transposed":
+        os.abort()
+    return tensorbridge_tensor(case)

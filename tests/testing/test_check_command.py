@@ -74,7 +74,15 @@ def test_an_expression_that_cannot_be_checked_is_exit_status_2(capsys, args, mes
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["--markdown", "np.ones(3)"], ["--all", "np.ones(3)"], ["--frameworks", "numpy", "x"]],
+    [
+        [],
+        ["--markdown", "np.ones(3)"],
+        ["--all", "np.ones(3)"],
+        ["--frameworks", "numpy", "x"],
+        ["--timeout", "0", "np.ones(3)"],
+        ["--timeout", "inf", "np.ones(3)"],
+        ["--timeout", "nan", "np.ones(3)"],
+    ],
 )
 def test_bad_arguments_are_exit_status_2(capsys, args):
     with pytest.raises(SystemExit) as info:

@@ -56,6 +56,11 @@ BROKEN_STRUCT = [
     (s.VersionedInLegacy, "producer.struct.kind"),
     (s.Leaky, "producer.deleter.unconsumed"),
     (s.Leaky, "producer.deleter.once"),
+    (s.AnyMajorVersioned, "producer.max_version.0"),
+    (s.HugeByteOffset, "producer.struct.byte_offset"),
+    (s.CopiesSilently, "producer.copy.false"),
+    (s.Fp4TwoLanes, "producer.struct.dtype"),
+    (s.TableV2Only, "producer.c_exchange_api"),
 ]
 
 
@@ -91,6 +96,13 @@ def test_a_crash_fails_the_probe_and_the_run_goes_on():
     assert report["producer.fresh_capsule"].status == "pass"  # a later probe ran
 
 
+def test_a_crash_while_the_cases_are_read_fails_the_struct_probe():
+    report = tbt.check_producer(s.aborts_on_transposed)
+    assert report["producer.struct"].status == "fail", str(report)
+    assert "SIGABRT" in report["producer.struct"].detail
+    assert report["producer.read_only"].status == "pass", str(report)  # a later probe
+
+
 def test_a_deleter_that_cannot_run_on_another_thread_fails():
     report = tbt.check_producer(s.main_thread_deleter)
     result = report["producer.deleter.no_gil"]
@@ -119,6 +131,11 @@ def test_a_lambda_runs_in_process_with_a_warning():
     assert report.ok
 
 
+def test_isolate_true_refuses_what_a_child_cannot_find():
+    with pytest.raises(ValueError, match=r"isolate=True needs a target .*<lambda>"):
+        tbt.check_producer(lambda: s.tensorbridge_tensor(), isolate=True)
+
+
 def test_report_text_and_json():
     report = tbt.check_producer(s.float32_only(s.NullData), isolate=False, name="nulldata")
     text = str(report)
@@ -131,10 +148,14 @@ def test_report_text_and_json():
 
 @needs("torch")
 def test_torch_graded():
-    report = tbt.check_producer("testing.subjects:torch_tensor")
+    # both roles in the same children: torch is imported once per child, not twice
+    report, consumer = tbt.check_library("testing.subjects:torch_tensor", "torch:from_dlpack")
     # torch 2.13 copies for copy=True without setting IS_COPIED (digest pitfall 47)
     assert report["producer.copy.true"].status == "fail", str(report)
     assert report["producer.c_exchange_api"].status == "pass", str(report)
+    # torch.from_dlpack aborts the process on negative strides (pytorch#188023)
+    assert consumer["consumer.negative_strides"].status == "fail", str(consumer)
+    assert consumer["consumer.basic"].status == "pass", str(consumer)
 
 
 def test_check_library_grades_both_roles_in_shared_children():
@@ -158,3 +179,54 @@ def test_a_factory_is_built_in_the_child():
     assert report.ok, str(report)
     assert report.name == "testing.subjects:make_of('int16',)"
     assert "producer.isolation" not in {r.name for r in report.results}
+
+
+def test_a_producer_that_always_copies_passes_copy_true():
+    # Each copy is freed with its capsule: an address compared after that could be
+    # the next copy's.
+    report = tbt.check_producer(s.float32_only(s.AlwaysCopies), isolate=False)
+    assert report["producer.copy.true"].status == "pass", str(report)
+    assert report["producer.copy.false"].status == "warn", str(report)  # refused
+    assert report.ok, str(report)
+
+
+def test_copy_false_compares_with_a_default_export_made_while_it_is_alive():
+    report = tbt.check_producer(s.float32_only(s.CopiesSilently), isolate=False)
+    assert "differs from a default export's" in report["producer.copy.false"].detail
+
+
+def test_an_export_owned_through_a_reference_cycle_is_released():
+    report = tbt.check_producer(s.float32_only(s.CyclicOwner), isolate=False)
+    for check in ("producer.deleter.unconsumed", "producer.deleter.once"):
+        assert report[check].status == "pass", str(report)
+
+
+@pytest.mark.parametrize(
+    ("cls", "check", "words"),
+    [
+        (s.ManyDims, "producer.struct.ndim_shape", "more than tensorbridge reads (64)"),
+        (s.NewerMinorFlags, "producer.struct.flags", "defined by its version 1.4?"),
+    ],
+    ids=["ndim 65", "flags of 1.4"],
+)
+def test_what_dlpack_allows_but_tensorbridge_cannot_read_is_a_warning(cls, check, words):
+    report = tbt.check_producer(s.float32_only(cls), isolate=False)
+    assert report[check].status == "warn", str(report)
+    assert words in report[check].detail
+
+
+def test_unknown_flags_of_a_1_3_capsule_fail():
+    report = tbt.check_producer(s.float32_only(s.UnknownFlags), isolate=False)
+    assert "flag bits 0x400 unknown in 1.3" in report["producer.struct.flags"].detail
+
+
+def test_an_exchange_table_of_a_newer_major_is_walked_to_its_major_1_table():
+    report = tbt.check_producer(s.float32_only(s.TableV2), isolate=False)
+    result = report["producer.c_exchange_api"]
+    assert result.status == "pass", str(report)
+    assert result.detail == "version 2.0 -> 1.3; round trips"
+
+
+def test_a_table_with_no_major_1_table_fails():
+    report = tbt.check_producer(s.float32_only(s.TableV2Only), isolate=False)
+    assert "no major-1 table (versions 2.0" in report["producer.c_exchange_api"].detail

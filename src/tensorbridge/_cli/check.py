@@ -25,6 +25,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -166,8 +167,13 @@ def grade_all(
             progress(f"graded {subject.name}… {len(done)}/{len(jobs)}")
         return Graded(subject, _version(subject.distribution), producer, consumer)
 
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2)
+    try:
         graded = {g.subject.name: g for g in pool.map(grade, jobs)}
+    finally:
+        # On Ctrl-C no other framework starts; those being graded finish (every probe
+        # has its time limit, and each child is killed with its processes at its end).
+        pool.shutdown(wait=True, cancel_futures=True)
     return [graded[s.name] for s in installed], missing
 
 
@@ -258,8 +264,8 @@ def run(argv: list[str]) -> int:
     if importlib.util.find_spec("numpy") is None:
         print("tensorbridge check: the checker needs NumPy (pip install numpy)", file=sys.stderr)
         return 2
-    if args.timeout <= 0:
-        parser.error("--timeout must be positive")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        parser.error(f"--timeout must be a positive, finite number of seconds; got {args.timeout}")
     if args.all:
         if args.expr is not None:
             parser.error("--all takes no EXPR")

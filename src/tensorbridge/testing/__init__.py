@@ -13,7 +13,9 @@ library's own test suite.
 Probes that can crash the process run in child processes when the callable can be
 imported there by name (``module:qualname``; a string of that form is accepted too):
 a crash or a hang (``timeout`` seconds per probe) is a failed check, not the end of
-the run. This module needs NumPy; ``import tensorbridge`` does not import it.
+the run. Each child runs in a session of its own and is killed with every process the
+library started in it when it ends, hangs or the check is interrupted. This module
+needs NumPy; ``import tensorbridge`` does not import it.
 """
 
 from __future__ import annotations
@@ -101,11 +103,16 @@ def check_producer(
     ``copy=True`` and ``copy=False``; a fresh capsule per call; the struct's fields
     (version, ndim and shape, dtype, device, strides, byte_offset, data, flags) and
     values; ``READ_ONLY``; the deleter (through the exported object's reference
-    count: skipped when the export holds no reference to it); the C exchange table.
+    count: skipped when the export holds no reference to it); the C exchange table
+    (its major-1 table, through ``prev_api`` when the type offers a newer one).
 
     ``make`` may be a ``"module:qualname"`` string. ``isolate``: None (default) runs
-    the probes in child processes when ``make`` can be imported by name, True/False
-    force it. ``timeout``: seconds per probe before it is reported as hung.
+    the probes in child processes when ``make`` can be imported by name, in this
+    process (with a warning) otherwise; True requires child processes (`ValueError`
+    for a callable that cannot be found by name, such as a lambda); False runs them
+    in this process. ``timeout``: seconds each probe may take before it is reported
+    as hung: a positive, finite number (anything else is refused before anything
+    runs); a child's start-up has a limit of its own.
     """
     from tensorbridge.testing import _producer
 
@@ -128,10 +135,11 @@ def check_consumer(
     and zero-strided, offset, NULL-strided and size-0 tensors of every common dtype;
     claim CUDA memory; hand out used or malformed capsules. Checked: the values (read
     back through tensorbridge), whether memory is shared, READ_ONLY honoured (or
-    ignored: a warning), refusals with the standard's exception types, and that every
-    capsule is renamed ``used_*`` exactly when it is consumed and its deleter runs
-    exactly once. ``from_dlpack`` may be a ``"module:qualname"`` string; ``isolate``
-    and ``timeout`` as for `check_producer`.
+    ignored: a warning), refusals with the standard's exception types, ``stream``
+    left None for a CPU producer, and that every capsule is renamed ``used_*``
+    exactly when it is consumed and its deleter runs exactly once. ``from_dlpack``
+    may be a ``"module:qualname"`` string; ``isolate`` and ``timeout`` as for
+    `check_producer`.
     """
     from tensorbridge.testing import _consumer
 

@@ -128,7 +128,7 @@ def _protocol(
     outcome.result = None
     outcome.error = None
     outcome.made.clear()
-    gc.collect(0)
+    _collect(counters)
     deleter: list[tuple[Status, str]] = []
     for counter in counters:
         if counter.calls == 0:
@@ -136,6 +136,15 @@ def _protocol(
         elif counter.calls > 1:
             deleter.append(("fail", f"{prefix}the deleter was called {counter.calls} times"))
     return renaming, deleter
+
+
+def _collect(counters: list[Any]) -> None:
+    """Free what the consumer dropped: a young collection, then a full one when a
+    deleter has not run yet (a result in a reference cycle that outlived a young
+    collection while the consumer worked is only freed by a full one)."""
+    gc.collect(0)
+    if any(counter.calls == 0 for counter in counters):
+        gc.collect()
 
 
 def _results(
@@ -369,7 +378,11 @@ def probe_read_only(fn: Callable[..., Any]) -> list[CheckResult]:
     if outcome.error is not None:
         verdicts.append(("warn", f"refused a read-only tensor: {describe(outcome.error)}"))
     elif not any(c.get("max_version") for c in producer.calls):
-        passed = "got a legacy capsule (never asked max_version), so no flag to honour"
+        detail = (
+            "never passed max_version, so it got a legacy capsule, which cannot say "
+            "read-only: whether it honours READ_ONLY is unknown (consumer.asks_versioned)"
+        )
+        verdicts.append(("warn", detail))
     else:
         verdicts.extend(_write_verdict(outcome.result, source))
         passed = "the result cannot be written"
@@ -416,6 +429,23 @@ def probe_cuda(fn: Callable[..., Any]) -> list[CheckResult]:
             verdicts.append(("fail", f"accepted a CUDA tensor as device {device}"))
         passed = f"kept on device {device}"
     return _results(name, clause, verdicts, passed) + _finish(outcome, name)
+
+
+def probe_cpu_stream(fn: Callable[..., Any]) -> list[CheckResult]:
+    name = "consumer.cpu_stream"
+    clause = f"{SPEC}: stream is None for a kDLCPU producer (NumPy's refuses any other)"
+    producer = crafted(_layout(fn).grid())
+    outcome = _call(fn, producer, producer.made)
+    streams = [c["stream"] for c in producer.calls if c.get("stream") is not None]
+    verdicts: list[tuple[Status, str]] = []
+    if streams:
+        detail = (
+            f"passed stream={streams[0]!r} to a producer whose __dlpack_device__() is "
+            f"kDLCPU (calls: {producer.calls})"
+        )
+        verdicts.append(("fail", detail))
+    passed = "stream=None" if any("stream" in c for c in producer.calls) else "no stream"
+    return _results(name, clause, verdicts, f"{passed} for a CPU producer") + _finish(outcome, name)
 
 
 def _no_keyword(exc: BaseException, keyword: str) -> bool:
@@ -563,15 +593,7 @@ def probe_used_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
     if counter.calls:
         verdicts.append(("fail", "called the deleter of a used capsule"))
     # The same through a producer whose __dlpack__ hands out a used capsule.
-    producer = crafted(_layout(fn).grid())
-    original = producer.__dlpack__
-
-    def used(**kwargs: Any) -> Any:
-        cap = original(**kwargs)
-        _testing.set_capsule_name(cap, "used_" + _testing.capsule_name(cap))
-        return cap
-
-    producer.__dlpack__ = used  # type: ignore[method-assign]
+    producer = crafted(_layout(fn).grid(), "used-answer")
     try:
         fn(producer)
     except Exception:
@@ -611,7 +633,7 @@ def probe_raw_capsule(fn: Callable[..., Any]) -> list[CheckResult]:
         verdicts.append(("fail", "a second import of the same capsule succeeded"))
     del first
     del capsule
-    gc.collect(0)
+    _collect([counter])
     if counter.calls != 1:
         verdicts.append(("fail", f"the deleter was called {counter.calls} times"))
     return _results(name, clause, verdicts, "renamed on import; a second import refused")
@@ -719,6 +741,11 @@ PROBES = [
         "consumer.device",
         f"{SPEC}: a kDLCUDA tensor is kept on its device or refused, never read as CPU",
         probe_cuda,
+    ),
+    Probe(
+        "consumer.cpu_stream",
+        f"{SPEC}: stream is None for a kDLCPU producer (NumPy's refuses any other)",
+        probe_cpu_stream,
     ),
     Probe(
         "consumer.used_capsule",

@@ -161,17 +161,35 @@ class _SameCapsule(CraftedProducer):
         return self.made[0][0]
 
 
+class _UsedAnswer(CraftedProducer):
+    """Answers with a capsule named ``used_*`` already, as if it had been consumed (a
+    method of its type: consumers may look ``__dlpack__`` up there, as Python does
+    for special methods)."""
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        capsule = super().__dlpack__(**kwargs)
+        _testing.set_capsule_name(capsule, "used_" + _testing.capsule_name(capsule))
+        return capsule
+
+
 _FLAVOURS: dict[str, type[CraftedProducer]] = {
     "both": _Both,
     "legacy-only": _LegacyOnly,
     "legacy-answer": _LegacyAnswer,
     "versioned-only": _VersionedOnly,
     "same-capsule": _SameCapsule,
+    "used-answer": _UsedAnswer,
 }
+
+#: The modes `CraftedProducer` itself knows; the other flavours answer as "both".
+_MODES = ("both", "legacy-only", "legacy-answer", "versioned-only")
 
 
 def crafted(array: np.ndarray, mode: str = "both", **kwargs: Any) -> CraftedProducer:
-    return _FLAVOURS[mode](array, "both" if mode == "same-capsule" else mode, **kwargs)
+    """A producer of the flavour ``mode`` (a mode of `CraftedProducer`, or
+    "same-capsule": its first capsule again on every call, or "used-answer": a
+    capsule named ``used_*``)."""
+    return _FLAVOURS[mode](array, mode if mode in _MODES else "both", **kwargs)
 
 
 def describe(exc: BaseException) -> str:
