@@ -118,3 +118,18 @@ def test_a_consumer_lambda_runs_in_process_with_a_warning():
     assert report["consumer.isolation"].status == "warn", str(report)
     assert "cannot be imported by name" in report["consumer.isolation"].detail
     assert report.ok, str(report)
+
+
+def test_a_module_in_the_current_directory_does_not_shadow_the_standard_library(
+    tmp_path, monkeypatch
+):
+    # ``python -c`` would put the current directory first on the child's sys.path.
+    for name in ("json", "textwrap"):
+        (tmp_path / f"{name}.py").write_text(
+            f"open({str(tmp_path / 'RAN')!r}, 'a').write({name!r})\n"
+            f"raise ImportError('{name}.py of the current directory was imported')\n"
+        )
+    monkeypatch.chdir(tmp_path)
+    report = tbt.check_producer(s.tensorbridge_tensor, timeout=GUARD)
+    assert not (tmp_path / "RAN").exists(), (tmp_path / "RAN").read_text()
+    assert report.ok, str(report)

@@ -15,15 +15,18 @@ framework of `subjects` in child processes of its own (its producer and consumer
 share them), several at a time; this process imports none of them.
 
 Exit status: 0 when no check failed (warnings allowed), 1 when one did (with
-``--all``: one of tensorbridge's own), 2 for a bad command or an EXPR that cannot be
-evaluated or checked.
+``--all``: one of tensorbridge's own, or a framework could not be imported; a closed
+output pipe is 1 too, as for the other commands), 2 for a bad command or an EXPR that
+cannot be evaluated or checked, 130 on Ctrl-C (the running children killed at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -54,9 +57,16 @@ def evaluate(expr: str) -> Any:
     from tensorbridge._cli.inspect import LazyNames
 
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", expr):
+        from tensorbridge._cli.inspect import _OWNERS, NAMES
+        from tensorbridge._cli.probes import probe
         from tensorbridge.testing._isolate import resolve
 
-        return resolve(expr)
+        value = resolve(expr)
+        # The setup the names get (JAX's 64-bit types), for the frameworks imported by
+        # now, so that jax.dlpack:from_dlpack is graded as jax.dlpack.from_dlpack is.
+        for owner in sorted({o for k, o in _OWNERS.items() if NAMES[k] in sys.modules}):
+            probe(owner).prepare()
+        return value
 
     # The names are the globals, so that a lambda of EXPR finds them when it is called.
     names = LazyNames(__builtins__=__builtins__)
@@ -67,6 +77,11 @@ def producer_of(expr: str) -> Callable[..., Any]:
     """The ``make`` of a producer expression: EXPR evaluated for each object when it
     is an array; EXPR itself when it is a function of no arguments returning one."""
     value = evaluate(expr)
+    if isinstance(value, type):
+        raise TypeError(
+            f"{expr} is a type, not a producer object: write an expression that makes an "
+            "array, e.g. np.ones(3) or lambda: np.ones(3)"
+        )
     if hasattr(value, "__dlpack__"):
 
         def make() -> Any:
@@ -75,13 +90,16 @@ def producer_of(expr: str) -> Callable[..., Any]:
         return make
     if callable(value):
         try:
-            made = value()
+            inspect.signature(value).bind()
         except TypeError as exc:
-            raise TypeError(
-                f"{expr} is a callable that cannot be called without arguments ({exc}); "
-                f"write the call that makes an array, e.g. {expr}(3, 4), or a function of "
-                f"no arguments: lambda: {expr}(3, 4)"
-            ) from None
+            raise _needs_arguments(expr, exc) from None
+        except ValueError:  # no signature (some builtins): only a call tells
+            try:
+                made = value()
+            except TypeError as exc:
+                raise _needs_arguments(expr, exc) from None
+        else:
+            made = value()  # the function's own errors are its own
         if not hasattr(made, "__dlpack__"):
             raise TypeError(
                 f"{expr}() returned a {type(made).__name__}, which has no __dlpack__: "
@@ -93,6 +111,24 @@ def producer_of(expr: str) -> Callable[..., Any]:
         f"{expr} evaluates to a {type(value).__name__}, which has no __dlpack__ and is "
         f"not callable; {_ACCEPTED}"
     )
+
+
+def _needs_arguments(expr: str, exc: TypeError) -> TypeError:
+    return TypeError(
+        f"{expr} is a callable that cannot be called without arguments ({exc}); write the "
+        f"call that makes an array, e.g. {expr}(3, 4), or a function of no arguments: "
+        f"lambda: {expr}(3, 4)"
+    )
+
+
+def imported(module: str, target: str) -> Any:
+    """The object ``target`` (``module:qualname``) names, once ``module`` (a graded
+    framework) is imported: a framework whose import fails or hangs then fails at the
+    start of the checks (it could not be graded), not in each of them."""
+    from tensorbridge.testing._isolate import resolve
+
+    importlib.import_module(module)
+    return resolve(target)
 
 
 def consumer_of(expr: str) -> Callable[..., Any]:
@@ -146,8 +182,10 @@ def grade_all(
     `conformance.Graded` of each, in the order of `SUBJECTS`, and the names of those
     not installed."""
     from tensorbridge import testing
-    from tensorbridge._cli.conformance import Graded
+    from tensorbridge._cli.conformance import Graded, stable
     from tensorbridge._cli.subjects import SUBJECTS
+    from tensorbridge.testing import _isolate
+    from tensorbridge.testing._isolate import Factory
 
     chosen = [s for s in SUBJECTS.values() if names is None or s.name in names]
     installed = [s for s in chosen if importlib.util.find_spec(s.module.split(".")[0])]
@@ -156,24 +194,43 @@ def grade_all(
         installed,
         key=lambda s: _SLOW_FIRST.index(s.name) if s.name in _SLOW_FIRST else len(_SLOW_FIRST),
     )
+    started: list[str] = []
     done: list[str] = []
 
     def grade(subject: Any) -> Any:
+        started.append(subject.name)
+
+        def target(name: str | None) -> Any:
+            return None if name is None else Factory(f"{__name__}:imported", (subject.module, name))
+
         producer, consumer = testing.check_library(
-            subject.producer, subject.consumer, name=subject.name, timeout=timeout
+            target(subject.producer), target(subject.consumer), name=subject.name, timeout=timeout
         )
         done.append(subject.name)
         if progress is not None:
             progress(f"graded {subject.name}… {len(done)}/{len(jobs)}")
-        return Graded(subject, _version(subject.distribution), producer, consumer)
+        starts = [
+            r.detail
+            for report in (producer, consumer)
+            for r in report.results
+            if r.name.endswith(".start")
+        ]
+        broken = stable(starts[0]) if starts else None
+        return Graded(subject, _version(subject.distribution), producer, consumer, broken)
 
+    _isolate.uncancel()
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2)
     try:
         graded = {g.subject.name: g for g in pool.map(grade, jobs)}
-    finally:
-        # On Ctrl-C no other framework starts; those being graded finish (every probe
-        # has its time limit, and each child is killed with its processes at its end).
-        pool.shutdown(wait=True, cancel_futures=True)
+    except KeyboardInterrupt:
+        # Ctrl-C: no other framework starts, and the children running are killed with
+        # their process groups at once (their threads then stop: `Cancelled`).
+        running = len(started) - len(done)
+        print(f"interrupted: stopping {running} running checks", file=sys.stderr)
+        _isolate.cancel_all()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [graded[s.name] for s in installed], missing
 
 
@@ -183,8 +240,15 @@ def _check_all(args: argparse.Namespace) -> int:
     from tensorbridge._cli.subjects import SUBJECTS
 
     names = None
-    if args.frameworks:
+    if args.frameworks is not None:
         names = [n.strip() for n in args.frameworks.split(",") if n.strip()]
+        if not names:
+            print(
+                f"tensorbridge check: --frameworks {args.frameworks!r} names no framework; "
+                f"known: {', '.join(SUBJECTS)}",
+                file=sys.stderr,
+            )
+            return 2
         unknown = sorted(set(names) - set(SUBJECTS))
         if unknown:
             print(
@@ -199,6 +263,27 @@ def _check_all(args: argparse.Namespace) -> int:
         grades, missing = grade_all(names, timeout=args.timeout, progress=progress)
     finally:
         progress.clear()
+    broken = [g for g in grades if g.broken is not None]
+    grades = [g for g in grades if g.broken is None]
+    for g in broken:
+        print(
+            f"tensorbridge check: {g.subject.name} could not be imported, so it was not "
+            f"graded: {g.broken}",
+            file=sys.stderr,
+        )
+    if not grades and not broken:
+        print(
+            f"tensorbridge check: none of {', '.join(missing)} is installed here",
+            file=sys.stderr,
+        )
+        return 2
+    if args.markdown and broken:
+        print(
+            "tensorbridge check: the page is not written: it would leave out "
+            f"{', '.join(g.subject.name for g in broken)}",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         print(json.dumps(conformance.payload(grades, missing), indent=2, ensure_ascii=False))
     elif args.markdown:
@@ -213,19 +298,26 @@ def _check_all(args: argparse.Namespace) -> int:
             print(f"\nnot installed here: {', '.join(missing)}")
         print(f"\n{len(grades)} frameworks graded in {time.perf_counter() - started:.1f} s")
     own = [r for g in grades if g.subject.name == "tensorbridge" for r in (g.producer, g.consumer)]
-    return 1 if any(r is not None and not r.ok for r in own) else 0
+    return 1 if broken or any(r is not None and not r.ok for r in own) else 0
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorbridge check",
         description="Grade a DLPack producer or consumer against the DLPack and Array API "
-        "standards (every probe that may crash runs in a child process). Frameworks are "
-        "importable by their usual names (np, torch, jax, jnp, paddle, tf, mx, pa, xp, "
-        f"tvm_ffi, tb). {_ACCEPTED}. Exit status 1 when a check fails, 0 with warnings "
-        "only, 2 when EXPR cannot be checked.",
+        "standards (every probe that may crash runs in a child process). EXPR is Python "
+        "code, run as written, as tensorbridge inspect runs it (for a producer, once for "
+        "every object the checks need, in child processes, with your rights; "
+        "module:function imports that module): never pass text you would not run "
+        "yourself. Frameworks are importable by their usual names (np, torch, jax, jnp, "
+        "paddle, tf, mx, pa, xp, tvm_ffi, tb); once JAX is imported, by name or by "
+        "module:function, its 64-bit types are switched on (jax_enable_x64), as "
+        f"tensorbridge inspect does. {_ACCEPTED}. Exit status 0 when no check failed "
+        "(warnings allowed), 1 when one did (or a framework of --all could not be "
+        "imported, or the output pipe was closed, as with | head), 2 for a bad command or "
+        "an EXPR that cannot be checked, 130 on Ctrl-C.",
     )
-    parser.add_argument("expr", nargs="?", help='e.g. "torch.arange(4.)"')
+    parser.add_argument("expr", nargs="?", metavar="EXPR", help='e.g. "torch.arange(4.)"')
     role = parser.add_mutually_exclusive_group()
     role.add_argument(
         "--consumer",
@@ -236,7 +328,7 @@ def _parser() -> argparse.ArgumentParser:
         "--all",
         action="store_true",
         help="grade every installed framework's producer and consumer (exit status 1 "
-        "only when tensorbridge's own fail)",
+        "only when tensorbridge's own fail, or a framework could not be imported)",
     )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="the reports as JSON")
@@ -252,7 +344,9 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="seconds a probe may take before it fails as hung (default 60)",
+        help="seconds a probe may take before it fails as hung, and so may building the "
+        "target in each child process: importing the framework and running EXPR "
+        "(default 60)",
     )
     return parser
 
@@ -269,9 +363,13 @@ def run(argv: list[str]) -> int:
     if args.all:
         if args.expr is not None:
             parser.error("--all takes no EXPR")
+        if args.markdown and args.frameworks is not None:
+            parser.error(
+                "--markdown writes the whole page (docs/conformance.md): it takes no --frameworks"
+            )
         return _check_all(args)
     if args.expr is None:
         parser.error("an EXPR is needed (or --all)")
-    if args.markdown or args.frameworks:
+    if args.markdown or args.frameworks is not None:
         parser.error("--markdown and --frameworks go with --all")
     return _check_one(args.expr, args.consumer, args.json, args.timeout)

@@ -43,6 +43,8 @@ class Graded:
     version: str
     producer: Report | None
     consumer: Report | None
+    #: Why the framework could not be graded (its import failed or hung), or None.
+    broken: str | None = None
 
 
 @dataclass(frozen=True)

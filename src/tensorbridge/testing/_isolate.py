@@ -40,6 +40,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -74,6 +75,38 @@ STARTUP_SECONDS = 60.0
 #: How often the parent looks whether the child ended while its pipes are still open
 #: (a process the library started may hold them).
 _POLL_SECONDS = 0.1
+
+#: The children running probes now (of every thread), and whether `cancel_all` has
+#: stopped them (then no other starts).
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+_CANCELLED = threading.Event()
+
+
+class Cancelled(Exception):
+    """The checks were stopped by `cancel_all` (a Ctrl-C in another thread)."""
+
+
+def cancel_all() -> int:
+    """Kill every running child with its process group at once, without waiting for
+    them, and start no other until `uncancel`; the number killed. For a Ctrl-C while
+    other threads run checks: their checks raise `Cancelled`."""
+    with _LIVE_LOCK:
+        _CANCELLED.set()
+        live = list(_LIVE)
+    for proc in live:
+        if hasattr(os, "killpg"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    return len(live)
+
+
+def uncancel() -> None:
+    """Let children start again after `cancel_all`."""
+    _CANCELLED.clear()
+
 
 ISOLATION_CLAUSE = "tensorbridge.testing: probes that can crash run in a child process"
 
@@ -415,16 +448,28 @@ def _run_child(groups: Sequence[Group], todo: Sequence[_Key], timeout: float) ->
         }
     ).encode()
     report_read, report_write = os.pipe()
+    # ``-c`` puts the current directory first on sys.path, where a file of it would
+    # shadow the standard library (and the frameworks): -P keeps it off (3.11+), and
+    # before 3.11 the code drops it before any import. The parent's sys.path is the
+    # child's from then on (`child_main`).
     code = "from tensorbridge.testing._isolate import child_main; child_main()"
+    if sys.version_info >= (3, 11):
+        command = [sys.executable, "-P", "-c", code]
+    else:
+        command = [sys.executable, "-c", "import sys; del sys.path[0]; " + code]
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(report_write)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # the library's output, for a crash's detail
-            pass_fds=(report_write,),
-            start_new_session=True,
-        )
+        with _LIVE_LOCK:
+            if _CANCELLED.is_set():
+                raise Cancelled("the checks were stopped")
+            proc = subprocess.Popen(
+                [*command, str(report_write)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,  # the library's output, for a crash's detail
+                pass_fds=(report_write,),
+                start_new_session=True,
+            )
+            _LIVE.add(proc)
     except BaseException:
         os.close(report_read)
         raise
@@ -434,6 +479,8 @@ def _run_child(groups: Sequence[Group], todo: Sequence[_Key], timeout: float) ->
         return _watch(proc, report_read, request, timeout)
     finally:
         _kill_group(proc)
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
         os.close(report_read)
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
