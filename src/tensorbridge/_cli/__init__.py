@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["QUIET_ENVIRONMENT", "main", "run", "run_matrix"]
 
@@ -107,41 +108,24 @@ def run_matrix(args: argparse.Namespace) -> int:
         progress.clear()
     seconds = time.perf_counter() - started
 
+    # What every output is made of (the text report leaves out what was skipped).
+    facts: dict[str, Any] = dict(
+        versions=versions,
+        changes=changes,
+        results=results,
+        sweep=sweep,
+        untested=untested,
+        seconds=seconds,
+    )
     if args.html:
-        text = page.render(
-            versions=versions,
-            skipped=skipped,
-            changes=changes,
-            results=results,
-            sweep=sweep,
-            untested=untested,
-            seconds=seconds,
-        )
+        text = page.render(skipped=skipped, **facts)  # (before the file is truncated)
         with open(args.html, "w", encoding="utf-8") as file:
             file.write(text)
     if args.json:
-        data = matrix.payload(
-            versions=versions,
-            skipped=skipped,
-            changes=changes,
-            seconds=seconds,
-            results=results,
-            sweep=sweep,
-            untested=untested,
-        )
+        data = matrix.payload(skipped=skipped, **facts)
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return status
-    print(
-        markdown.report(
-            versions=versions,
-            changes=changes,
-            results=results,
-            sweep=sweep,
-            untested=untested,
-            seconds=seconds,
-            markdown=args.markdown,
-        )
-    )
+    print(markdown.report(markdown=args.markdown, **facts))
     return status
 
 
