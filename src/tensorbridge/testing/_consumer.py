@@ -25,6 +25,7 @@ import numpy as np
 
 from tensorbridge._devices import DLDeviceType
 from tensorbridge._dtypes import DTYPES
+from tensorbridge._frameworks.base import STANDARD
 from tensorbridge.testing._crafted import (
     READ_ONLY,
     CraftedProducer,
@@ -297,22 +298,8 @@ def probe_size0(fn: Callable[..., Any]) -> list[CheckResult]:
     return _exchange(fn, "consumer.size0_null_data", clause, producer, refusal="fail")
 
 
-_DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+#: The dtypes NumPy has natively, in DLPack's order (the registry's STANDARD).
+_DTYPES = [name for name in DTYPES if name in STANDARD]
 
 #: dtypes NumPy has no type of its own for, crafted as their bits: name -> bits' type.
 _LOW_PRECISION = {
@@ -478,21 +465,31 @@ def _keyword_exchange(
             detail = f"copy=False raised {describe(error)} (BufferError or ValueError expected)"
             verdicts.append(("fail", detail))
     else:
-        back = Readback(outcome.result)
-        if back.tensor is None:
-            verdicts.append(("warn", back.note or "the result could not be read"))
-        else:
-            status, detail = Expected(source).verdict(back)
-            if status != "pass":
-                verdicts.append((status, detail))
-            shared = back.address == address(source)
+        read_at = _check_values(outcome.result, source, verdicts)
+        if read_at is not None:
+            shared = read_at == address(source)
             if copy and shared:
                 verdicts.append(("fail", "copy=True returned the producer's memory, not a copy"))
             if not copy and not shared:
                 verdicts.append(("fail", "copy=False returned a copy"))
             passed = "a copy" if copy else "shared memory"
-        del back
     return _results(name, clause, verdicts, passed) + _finish(outcome, name, shared=shared)
+
+
+def _check_values(
+    result: Any, source: np.ndarray, verdicts: list[tuple[Status, str]]
+) -> int | None:
+    """Add the verdict on result's values (against source) to verdicts; the address of
+    its data, None when it cannot be read. (The readback is dropped on return: it must
+    not keep the result alive while deleter calls are counted.)"""
+    back = Readback(result)
+    if back.tensor is None:
+        verdicts.append(("warn", back.note or "the result could not be read"))
+        return None
+    status, detail = Expected(source).verdict(back)
+    if status != "pass":
+        verdicts.append((status, detail))
+    return back.address
 
 
 def probe_copy_true(fn: Callable[..., Any]) -> list[CheckResult]:
@@ -525,14 +522,7 @@ def probe_device_argument(fn: Callable[..., Any]) -> list[CheckResult]:
     elif error is not None:
         verdicts.append(("fail", f"device={device!r} (its own) raised {describe(error)}"))
     else:
-        back = Readback(outcome.result)
-        if back.tensor is None:
-            verdicts.append(("warn", back.note or "the result could not be read"))
-        else:
-            status, detail = Expected(source).verdict(back)
-            if status != "pass":
-                verdicts.append((status, detail))
-        del back
+        _check_values(outcome.result, source, verdicts)
     return _results(name, clause, verdicts, f"device={device!r} accepted") + _finish(outcome, name)
 
 
