@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from needs import check_marks, import_paddle_first
 
@@ -22,3 +24,15 @@ def pytest_configure(config):
 def pytest_runtest_setup(item):
     # Before the fixtures: a test whose framework is missing does not set them up.
     check_marks(item)
+
+
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C raises KeyboardInterrupt in this test, as in a user's program: pytest-xdist's
+    workers ignore SIGINT (the controller handles it), and ``_thread.interrupt_main`` or
+    a SIGINT to an ignoring process does nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -33,7 +33,7 @@ cdef enum:
     OWN_LEGACY = 1        # _managed is a producer's DLManagedTensor*
     OWN_VERSIONED = 2     # _managed is a producer's DLManagedTensorVersioned*
     OWN_BUFFER = 3        # _buffer holds a Py_buffer to release
-    OWN_ALLOC = 4         # _managed is memory from tb_alloc (free())
+    OWN_ALLOC = 4         # _managed is memory from tb_alloc (tb_free())
     OWN_OBJECT = 5        # _managed is a strong reference to a NumPy array or torch tensor
 
 # Tensor's DLPack C exchange table (filled by _make_exchange_capsule).

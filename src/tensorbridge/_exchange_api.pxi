@@ -270,7 +270,7 @@ cdef object _to_py(const DLPackExchangeAPI* api, Tensor t):
 
 cdef void _free_allocated(DLManagedTensorVersioned* self) noexcept nogil:
     if self != NULL:
-        free(self.dl_tensor.data)
+        tb_free(self.dl_tensor.data)
         free(self)
 
 

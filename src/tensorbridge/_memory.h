@@ -17,16 +17,32 @@
 /* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); blocks
  * of 4 MiB or more are 2 MiB aligned and, where the kernel supports it, backed by
  * transparent huge pages, so first writes fault 512 times less often (NumPy
- * does the same). Free with free(). Returns NULL when out of memory. */
+ * does the same). Free with tb_free(). Returns NULL when out of memory.
+ *
+ * The block comes from malloc with room to align it, and the pointer malloc gave is
+ * kept just below the aligned one. Not posix_memalign: before glibc 2.38 (bug 30723)
+ * it freed the remainders it splits off each aligned block into the tcache and
+ * fastbins, where they could not be merged back, so a process that makes and frees
+ * small tensors in a loop (asarray of a list) grew by about 7 bytes per tensor once
+ * its heap was fragmented (measured in the test suite's worker processes). */
 static void *tb_alloc(size_t nbytes) {
-  void *memory = NULL;
   const size_t huge = (size_t)1 << 21;
-  int large = nbytes >= ((size_t)1 << 22);
-  if (posix_memalign(&memory, large ? huge : 64, nbytes) != 0) return NULL;
+  const size_t align = nbytes >= ((size_t)1 << 22) ? huge : 64;
+  const size_t room = align - 1 + sizeof(void *);
+  if (nbytes > SIZE_MAX - room) return NULL;
+  char *raw = (char *)malloc(nbytes + room);
+  if (raw == NULL) return NULL;
+  char *memory = (char *)(((uintptr_t)raw + room) & ~(uintptr_t)(align - 1));
+  ((void **)memory)[-1] = raw;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (large) madvise(memory, nbytes & ~(huge - 1), MADV_HUGEPAGE);
+  if (align == huge) madvise(memory, nbytes & ~(huge - 1), MADV_HUGEPAGE);
 #endif
   return memory;
+}
+
+/* Frees a block of tb_alloc (NULL: nothing). */
+static inline void tb_free(void *memory) {
+  if (memory != NULL) free(((void **)memory)[-1]);
 }
 
 /* a * b into *out; nonzero when the product overflows int64. */

@@ -77,7 +77,7 @@ cdef class Tensor:
         elif self._owner_kind == OWN_BUFFER:
             PyBuffer_Release(&self._buffer)
         elif self._owner_kind == OWN_ALLOC:
-            free(self._managed)
+            tb_free(self._managed)
         elif self._owner_kind == OWN_OBJECT:
             Py_DECREF(<object>self._managed)
 

@@ -28,6 +28,26 @@ def test_allocations_are_64_byte_aligned(n):
         assert t.data_ptr() % 64 == 0
 
 
+@pytest.mark.parametrize("nbytes", [(1 << 22) - 1, 1 << 22, (1 << 22) + 1, 3 << 21])
+def test_blocks_of_4_mib_and_more_are_2_mib_aligned(nbytes):
+    t = tb.zeros(nbytes, dtype="uint8")
+    assert t.data_ptr() % (1 << 21 if nbytes >= 1 << 22 else 64) == 0
+    a = np.from_dlpack(t)
+    a[:] = 7  # every byte is ours to write (AddressSanitizer checks the block's end)
+    assert a[0] == a[-1] == 7
+
+
+def test_small_tensors_made_and_freed_in_a_loop_stay_aligned_and_intact():
+    # Each tensor's block goes back to malloc whole (see tb_alloc); its pointer is kept
+    # below the aligned one, which a neighbour's write past its end would corrupt.
+    kept = [tb.asarray([float(i)] * (i % 9 + 1)) for i in range(2000)]
+    del kept[::2]
+    for i in range(20_000):
+        t = tb.asarray([float(i)] * (i % 5 + 1))
+        assert t.data_ptr() % 64 == 0 and t.tolist()[-1] == float(i)
+    assert [k.tolist()[0] for k in kept[:3]] == [1.0, 3.0, 5.0]
+
+
 def test_copy_and_contiguous():
     _, t = grid()
     v = t[:, ::2]

@@ -195,7 +195,7 @@ def _ended(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_ctrl_c_during_all_kills_the_running_children_at_once(capsys):
+def test_ctrl_c_during_all_kills_the_running_children_at_once(capsys, ctrl_c):
     from tensorbridge.testing import _isolate
 
     pids: list[int] = []

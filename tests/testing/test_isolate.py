@@ -68,7 +68,7 @@ def test_a_helper_process_of_the_library_neither_holds_the_check_nor_outlives_it
     assert _gone(int(pidfile.read_text())), "the helper process outlived the check"
 
 
-def test_ctrl_c_kills_the_child_in_a_hung_probe(tmp_path):
+def test_ctrl_c_kills_the_child_in_a_hung_probe(tmp_path, ctrl_c):
     pidfile = tmp_path / "child.pid"
 
     def interrupt() -> None:
