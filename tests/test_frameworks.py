@@ -88,6 +88,56 @@ def test_jax_sources_are_read_only():
     assert "jax arrays are immutable: the data is treated as read-only" in plan.notes
 
 
+JAX_DTYPES = sorted(FRAMEWORKS["jax"].dtypes)
+
+
+@needs("jax")
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("dtype", JAX_DTYPES)
+def test_jax_cpu_import_is_jax_from_dlpack_without_its_python_layer(dtype, x64):
+    # The fast import (jaxlib's call, not jax.dlpack.from_dlpack) gives what the public
+    # function gives: type, dtype (canonicalised alike without x64), values, and memory.
+    import jax
+
+    framework = FRAMEWORKS["jax"]
+    make = framework._cpu_importer()
+    assert make is not None, "this jaxlib's import was not taken: the fast path is untested"
+    was = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        t = tb.asarray(np.arange(1, 7).reshape(2, 3)).astype(dtype)
+        ours, theirs = make(t), jax.dlpack.from_dlpack(t)
+        assert type(ours) is type(theirs)
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape == (2, 3)
+        assert np.array_equal(np.asarray(ours), np.asarray(theirs))
+        if ours.dtype == t.dtype.name:
+            assert ours.unsafe_buffer_pointer() == theirs.unsafe_buffer_pointer() == t.data_ptr()
+        converted = tb.convert(t, "jax") if x64 or t.dtype.bits < 64 else None
+        if converted is not None:
+            assert np.array_equal(np.asarray(converted), np.asarray(theirs))
+    finally:
+        jax.config.update("jax_enable_x64", was)
+
+
+@needs("jax")
+def test_jax_cpu_import_falls_back_to_the_public_function(monkeypatch):
+    import jax
+    import jax._src.lib
+
+    framework = FRAMEWORKS["jax"]
+    # A jaxlib older than the signature the fast import was written against.
+    monkeypatch.setattr(jax._src.lib, "jaxlib_extension_version", 466)
+    monkeypatch.setattr(framework, "cpu_import", None)  # probed again
+    monkeypatch.setattr(framework, "fast_cache", None)
+    assert framework._cpu_importer() is None
+    called = []
+    public = jax.dlpack.from_dlpack
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", lambda x: called.append(x) or public(x))
+    a = np.arange(16, dtype=np.float32)
+    assert np.array_equal(np.asarray(framework.make(tb.asarray(a))), a)
+    assert called
+
+
 @needs("paddle")
 def test_paddle_uint16_is_refused_not_relabelled():
     with pytest.raises(BufferError, match="paddle has no uint16 type"):

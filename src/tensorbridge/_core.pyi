@@ -386,7 +386,10 @@ class FastTarget:
         offset_ok: bool,
         readonly_ok: bool,
         alignment: int,
-        maker: Callable[[Tensor], object] | Literal["identity"] | None = None,
+        maker: Callable[[Tensor], object]
+        | tuple[Callable[[Tensor], object], Callable[[Tensor], object]]
+        | Literal["identity"]
+        | None = None,
         importer: Callable[[Any], object] | None = None,
         carrier_importer: Callable[[Any], object] | None = None,
         guard64: Callable[[], bool] | None = None,

@@ -77,6 +77,7 @@ cdef enum:
     MAKE_TABLE = 0
     MAKE_IDENTITY = 1
     MAKE_CALL = 2
+    MAKE_BY_NDIM = 3        # maker is (for 1-d tensors, for the others)
 
 cdef unsigned int _route_epoch = 1
 
@@ -249,7 +250,8 @@ cdef class _Carrier:
 cdef class FastTarget:
     """A target framework as routes see it: what its importer takes as it is (the
     fast subset of Framework.precopy_reasons), how its object is made from a Tensor
-    (its exchange table, the Tensor itself, or ``maker(t)``), its own importer for
+    (its exchange table, the Tensor itself, ``maker(t)``, or with a pair of makers
+    the first for 1-d tensors and the second for the others), its own importer for
     handoffs, and the routes of the source types converted to it so far.
 
     ``readonly_ok``: the target is given read-only Tensors as they are (it keeps
@@ -263,7 +265,7 @@ cdef class FastTarget:
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
     cdef bint any_layout    # negative_strides, noncompact and permuted: no layout check
     cdef int64_t alignment
-    cdef object maker       # None: the table; "identity": the Tensor; else maker(t)
+    cdef object maker       # None: the table; "identity": the Tensor; (1-d, n-d); else maker(t)
     cdef int make_kind      # MAKE_*, from maker
     cdef object importer    # the target's own from_dlpack, for handoffs (or None)
     cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
@@ -277,7 +279,11 @@ cdef class FastTarget:
         self.carrier_importer = carrier_importer
         self.make_kind = (MAKE_TABLE if maker is None else
                           MAKE_IDENTITY if isinstance(maker, str) and maker == "identity" else
+                          MAKE_BY_NDIM if type(maker) is tuple else
                           MAKE_CALL)
+        if self.make_kind == MAKE_BY_NDIM and not (
+                len(maker) == 2 and callable(maker[0]) and callable(maker[1])):
+            raise TypeError(f"a maker tuple is (for 1-d tensors, for the others); got {maker!r}")
         self.importer = importer
         self.guard64 = guard64
         self.api = NULL
@@ -584,6 +590,8 @@ cdef class FastTarget:
         if self.make_kind == MAKE_IDENTITY:
             return t
         args[0] = <PyObject*>t
+        if self.make_kind == MAKE_BY_NDIM:
+            return PyObject_Vectorcall((<tuple>self.maker)[0 if t._ndim == 1 else 1], args, 1, NULL)
         return PyObject_Vectorcall(self.maker, args, 1, NULL)
 
     cdef int takes(self, Tensor t) except -1:

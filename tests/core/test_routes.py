@@ -310,6 +310,49 @@ def test_a_producer_read_by_a_route_is_not_asked_again_by_the_planner():
     assert len(x.calls) == 1
 
 
+def test_a_pair_of_makers_is_chosen_by_ndim_in_c():
+    made = []
+
+    def one_d(t):
+        made.append(("1-d", t.shape))
+        return t
+
+    def other(t):
+        made.append(("n-d", t.shape))
+        return t
+
+    options = dict(
+        target_type=None,
+        dtypes=[tb.float32],
+        negative_strides=False,
+        noncompact=False,
+        permuted=False,
+        offset_ok=True,
+        readonly_ok=True,
+        alignment=0,
+    )
+    target = _core.FastTarget(maker=(one_d, other), **options)
+    for shape in [(4,), (2, 2), (), (1, 4)]:
+        t = tb.zeros(shape, dtype="float32")
+        assert target(t) is t
+    assert made == [("1-d", (4,)), ("n-d", (2, 2)), ("n-d", ()), ("n-d", (1, 4))]
+    for bad in [(one_d,), (one_d, other, other), (one_d, "x")]:
+        with pytest.raises(TypeError, match=r"\(for 1-d tensors, for the others\)"):
+            _core.FastTarget(maker=bad, **options)
+
+
+@needs("pyarrow")
+def test_pyarrow_arrays_and_tensors_are_made_by_the_route(no_planner):
+    import pyarrow as pa
+
+    a, grid = np.arange(4.0), np.arange(6.0).reshape(2, 3)
+    tb.convert(a, "pyarrow"), tb.convert(grid, "pyarrow")  # (the first call plans)
+    no_planner("pyarrow")
+    vector, tensor = tb.convert(a, "pyarrow"), tb.convert(grid, "pyarrow")
+    assert type(vector) is pa.DoubleArray and vector.to_pylist() == a.tolist()
+    assert type(tensor) is pa.Tensor and tensor.to_numpy().tolist() == grid.tolist()
+
+
 def test_remember_refuses_modes_that_would_misread_the_type():
     tb.convert(np.arange(2.0), "numpy")
     target = fast("numpy")

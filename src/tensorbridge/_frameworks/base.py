@@ -264,7 +264,8 @@ class Framework:
     @classmethod
     def fast_maker(cls) -> Any:
         """For frameworks without an exchange table: what makes the result from a
-        Tensor it takes as it is ("identity" for the Tensor itself), or None. By
+        Tensor it takes as it is ("identity" for the Tensor itself; a pair of callables
+        for 1-d tensors and for the others), or None. By
         default the importer that source objects are handed to (`handoff`), which
         takes our Tensors as it takes any producer."""
         return cls.importer() if cls.handoff else None

@@ -73,9 +73,69 @@ class JaxFramework(Framework):
                 )
         return None
 
+    #: jaxlib's import of a capsule onto its CPU device (`_cpu_importer`), False when
+    #: this jaxlib has none that passes the probe.
+    cpu_import: Any = None
+
     @classmethod
     def make(cls, t: Tensor) -> Any:
-        return cls.module().dlpack.from_dlpack(writable_view(t))
+        t = writable_view(t)
+        make = cls._cpu_importer()
+        return make(t) if make is not None else cls.module().dlpack.from_dlpack(t)
+
+    @classmethod
+    def _cpu_importer(cls) -> Any:
+        """A faster ``jax.dlpack.from_dlpack`` for a Tensor on the CPU: the jaxlib call
+        that function ends in, without its Python layer, or None.
+
+        On the CPU, ``jax.dlpack.from_dlpack`` asks the device for a stream, which
+        raises there and is caught (about 11 µs; TensorFlow's tensors alone are spared
+        it), then passes the result through ``jnp.asarray`` (17 µs), which returns it
+        as it is when its dtype is canonical: 50 µs in all for 1000 float32, against 5
+        µs for the call itself. The call is private to jaxlib, so it is used only when
+        jaxlib declares the signature this was written against (extension version 467
+        and later) and a probe of it gives the values and the memory it was given; the
+        public function otherwise. A dtype JAX would canonicalise goes through
+        ``jnp.asarray`` as there."""
+        cached = cls.__dict__.get("cpu_import")
+        if cached is None:
+            cached = cls._probe_cpu_importer() or False
+            cls.cpu_import = cached
+        return cached or None
+
+    @classmethod
+    def _probe_cpu_importer(cls) -> Any:
+        jax = cls.module()
+        try:
+            from jax._src import dtypes
+            from jax._src.lib import _jax, jaxlib_extension_version
+
+            if jaxlib_extension_version < 467:
+                return None
+            to_buffer = _jax.dlpack_managed_tensor_to_buffer
+            canonical = dtypes.canonicalize_dtype
+            device = next(d for d in jax.devices("cpu") if d.local_hardware_id == 0)
+        except Exception:  # (a jaxlib without them, or no CPU device 0)
+            return None
+        asarray = jax.numpy.asarray
+        public = jax.dlpack.from_dlpack
+
+        def make(t: Tensor) -> Any:
+            if t.__dlpack_device__() != (1, 0):  # (CPU memory labelled otherwise)
+                return public(t)
+            arr = to_buffer(t.__dlpack__(), device, None, None, 1)  # 1: kDLCPU
+            dtype = arr.dtype
+            return arr if canonical(dtype) == dtype else asarray(arr, dtype=canonical(dtype))
+
+        from tensorbridge._creation import arange
+
+        probe = arange(4, dtype="float32")
+        try:
+            arr = make(probe)
+            ok = arr.unsafe_buffer_pointer() == probe.data_ptr() and arr.tolist() == [0, 1, 2, 3]
+        except Exception:
+            return None
+        return make if ok else None
 
     @classmethod
     def importer(cls) -> Any:
@@ -97,7 +157,8 @@ class JaxFramework(Framework):
 
     @classmethod
     def fast_maker(cls) -> Any:
-        return cls.importer()  # the route checks alignment, layout and x64 first
+        # The route checks alignment, layout and x64 first; it hands over CPU memory only.
+        return cls._cpu_importer() or cls.importer()
 
     @classmethod
     def guard64(cls) -> Any:

@@ -122,8 +122,7 @@ class PyarrowFramework(Framework):
     @classmethod
     def fast_maker(cls) -> Any:
         pa = cls.module()
-        array, tensor = pa.Array.from_dlpack, pa.Tensor.from_dlpack
-        return lambda t: array(t) if t.ndim == 1 else tensor(t)
+        return (pa.Array.from_dlpack, pa.Tensor.from_dlpack)  # 1-d, others: chosen in C
 
     @classmethod
     def layout_problem(cls, t: TensorInfo) -> str | None:
