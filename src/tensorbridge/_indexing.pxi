@@ -83,6 +83,26 @@ cdef Tensor _index_int(Tensor t, int64_t i):
     return v
 
 
+cdef Tensor _index_slice(Tensor t, object key):
+    """t[key] for one slice (the first dimension's), as _basic_index reads it."""
+    cdef Py_ssize_t start, stop, step, length
+    cdef int64_t stride
+    if PySlice_Unpack(key, &start, &stop, &step) < 0:
+        raise ValueError("invalid slice")   # not reached: Unpack raised already
+    length = PySlice_AdjustIndices(t._shape[0], &start, &stop, step)
+    if tb_mul_overflow(t._strides[0], step, &stride) or \
+            stride > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
+            stride < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
+        raise IndexError(f"slice step {step} is too large for dimension 0")
+    cdef Tensor v = _view(t)
+    v._shape[0] = length
+    v._strides[0] = stride
+    if length > 0 and v._size() > 0:
+        _apply_offset(v, start * t._strides[0])   # within the tensor: cannot overflow
+    _check_packed_view(v)
+    return v
+
+
 cdef Tensor _basic_index(Tensor t, tuple key):
     cdef int consumed = 0, ellipses = 0
     for k in key:

@@ -59,31 +59,31 @@ cdef int _check_layout(Tensor t, str api, str field) except -1:
     return 0
 
 
-cdef list _resolve_shape(tuple shape, int64_t size, int64_t itemsize):
-    cdef list dims = []
-    cdef int infer = -1, i = 0
-    cdef int64_t known = 1
-    for s in shape:
-        if isinstance(s, bool) or not hasattr(s, "__index__"):
+cdef int _resolve_shape(tuple shape, int64_t size, int64_t itemsize,
+                        int64_t* dims) except -1:
+    """reshape's shape as extents in dims (one -1 inferred from size); their number."""
+    cdef int infer = -1, i, n = len(shape)
+    cdef int64_t known = 1, value, nonzero = 1
+    if n > TB_MAX_NDIM:
+        raise ValueError(f"reshape(): at most {TB_MAX_NDIM} dimensions; got {n}")
+    for i in range(n):
+        s = shape[i]
+        if type(s) is not int and (isinstance(s, bool) or not hasattr(s, "__index__")):
             raise TypeError(f"reshape(): shape entries must be ints; got {s!r}")
-        value = s.__index__()
+        value = s if type(s) is int else s.__index__()
         if value == -1:
             if infer >= 0:
                 raise ValueError("reshape(): only one dimension can be -1")
             infer = i
         elif value < 0:
             raise ValueError(f"reshape(): invalid extent {value} in shape {shape}")
+        # NumPy's rule: the non-zero extents must fit, even when the tensor is empty.
+        elif value > 0 and (tb_mul_overflow(nonzero, value, &nonzero)
+                            or nonzero > BYTE_LIMIT // itemsize):
+            raise ValueError(f"reshape(): shape {shape} is too large")
         else:
             known *= value
-        dims.append(value)
-        i += 1
-    if len(dims) > TB_MAX_NDIM:
-        raise ValueError(f"reshape(): at most {TB_MAX_NDIM} dimensions; got {len(dims)}")
-    cdef int64_t nonzero = 1
-    for value in dims:   # NumPy's rule: the non-zero extents must fit, even when empty
-        if value > 0 and (tb_mul_overflow(nonzero, value, &nonzero)
-                          or nonzero > BYTE_LIMIT // itemsize):
-            raise ValueError(f"reshape(): shape {tuple(dims)} is too large")
+        dims[i] = value
     if infer >= 0:
         if known == 0 or size % known:
             raise ValueError(
@@ -91,21 +91,19 @@ cdef list _resolve_shape(tuple shape, int64_t size, int64_t itemsize):
         dims[infer] = size // known
     elif known != size:
         raise ValueError(
-            f"reshape(): cannot reshape a tensor of {size} elements into shape {tuple(dims)}")
-    return dims
+            f"reshape(): cannot reshape a tensor of {size} elements into shape "
+            f"{tuple([dims[i] for i in range(n)])}")
+    return n
 
 
-cdef Tensor _reshape_view(Tensor t, list dims):
-    """A view of t with shape dims, or None when the strides do not allow one."""
-    cdef int newnd = len(dims), oldnd = 0, i
+cdef Tensor _reshape_view(Tensor t, int newnd, const int64_t* newdims):
+    """A view of t with shape newdims, or None when the strides do not allow one."""
+    cdef int oldnd = 0, i
     cdef int64_t olddims[TB_MAX_NDIM]
     cdef int64_t oldstrides[TB_MAX_NDIM]
-    cdef int64_t newdims[TB_MAX_NDIM]
     cdef int64_t newstrides[TB_MAX_NDIM]
     cdef int64_t np_, op
     cdef int ni, nj, oi, oj, ok, nk
-    for i in range(newnd):
-        newdims[i] = dims[i]
     if t._size() == 0:
         # Any strides describe an empty tensor: use C order.
         _c_strides(newnd, newdims, newstrides)

@@ -311,6 +311,18 @@ cdef class Tensor:
     # -- indexing -------------------------------------------------------------
 
     def __getitem__(self, key):
+        cdef Py_ssize_t i
+        if type(key) is int and self._ndim > 0:
+            if not -2**62 <= key < 2**62:
+                i = -self._shape[0] - 1     # out of bounds, as any index this large
+            else:
+                i = key
+            if i < -self._shape[0] or i >= self._shape[0]:
+                raise IndexError(
+                    f"index {key} is out of bounds for dimension 0 with size {self._shape[0]}")
+            return _index_int(self, i + self._shape[0] if i < 0 else i)
+        if type(key) is slice and self._ndim > 0:
+            return _index_slice(self, key)
         if type(key) is not tuple:
             key = (key,)
         if _is_basic_key(<tuple>key):
@@ -327,61 +339,52 @@ cdef class Tensor:
     @property
     def T(self):
         """The tensor with its dimensions reversed (a view)."""
-        return self.permute(*range(self._ndim - 1, -1, -1))
+        cdef int order[TB_MAX_NDIM]
+        cdef int i
+        for i in range(self._ndim):
+            order[i] = self._ndim - 1 - i
+        return _permuted(self, order)
 
     def permute(self, *dims):
         """A view with the dimensions reordered: ``t.permute(2, 0, 1)``."""
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
-        if len(dims) != self._ndim:
-            raise ValueError(
-                f"permute(): expected {self._ndim} dimensions; got {len(dims)}: {dims}")
-        cdef list order = [_normalize_dim(d, self._ndim, "permute") for d in dims]
-        if len(set(order)) != self._ndim:
-            raise ValueError(f"permute(): repeated dimension in {dims}")
-        cdef Tensor v = _view(self)
-        cdef int i
-        for i in range(self._ndim):
-            v._shape[i] = self._shape[<int>order[i]]
-            v._strides[i] = self._strides[<int>order[i]]
-        _check_packed_view(v)
-        return v
+        return _permute(self, dims, "permute")
 
     def transpose(self, *dims):
         """``transpose()`` reverses the dimensions; ``transpose(d0, d1)`` swaps two
         (as in PyTorch); ``transpose((2, 0, 1))`` applies a permutation (as in NumPy)."""
+        cdef int order[TB_MAX_NDIM]
+        cdef int i, a, b
         if len(dims) == 0:
             return self.T
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-            return self.permute(*dims[0])
+            return _permute(self, tuple(dims[0]), "transpose")
         if len(dims) != 2:
             raise TypeError(
                 "transpose() takes no dimensions, two dimensions to swap, or one "
                 f"permutation tuple; got {dims}")
-        cdef int a = _normalize_dim(dims[0], self._ndim, "transpose")
-        cdef int b = _normalize_dim(dims[1], self._ndim, "transpose")
-        order = list(range(self._ndim))
-        order[a], order[b] = order[b], order[a]
-        return self.permute(*order)
+        a = _normalize_dim(dims[0], self._ndim, "transpose")
+        b = _normalize_dim(dims[1], self._ndim, "transpose")
+        for i in range(self._ndim):
+            order[i] = i
+        order[a] = b
+        order[b] = a
+        return _permuted(self, order)
 
     def reshape(self, *shape):
         """A tensor of the same elements with a new shape: a view whenever the
         strides allow it, otherwise a copy (CPU-accessible memory only)."""
+        cdef int64_t dims[TB_MAX_NDIM]
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        cdef list dims = _resolve_shape(shape, self._size(), _itemsize(self._dtype))
-        cdef Tensor v = _reshape_view(self, dims)
-        if v is not None:
-            return v
-        if not _host_accessible(self._device.device_type):
-            raise BufferError(
-                f"reshape(): the strides of this {_dev_str(self._device)} tensor do not allow "
-                "a view, and tensorbridge cannot copy device memory")
-        return _reshape_view(_copy_contiguous(self), dims)
+        cdef int ndim = _resolve_shape(shape, self._size(), _itemsize(self._dtype), dims)
+        return _reshaped(self, ndim, dims)
 
     def flatten(self):
         """A 1-d tensor of the elements in C order (a view when possible, as in PyTorch)."""
-        return self.reshape(-1)
+        cdef int64_t size = self._size()
+        return _reshaped(self, 1, &size)
 
     def view(self, dtype):
         """Reinterpret the bytes as another dtype (a view).
@@ -565,13 +568,56 @@ cdef bint _looks_like_device(object arg):
 
 
 cdef int _normalize_dim(object d, int ndim, str api) except -1:
-    if isinstance(d, bool) or not hasattr(d, "__index__"):
+    cdef Py_ssize_t i
+    if type(d) is int:
+        i = d
+    elif isinstance(d, bool) or not hasattr(d, "__index__"):
         raise TypeError(f"{api}(): dimensions must be ints; got {d!r}")
-    cdef Py_ssize_t i = d.__index__()
+    else:
+        i = d.__index__()
     if i < -ndim or i >= ndim:
         raise IndexError(
             f"{api}(): dimension {i} is out of range for a tensor with {ndim} dimensions")
     return i + ndim if i < 0 else i
+
+
+cdef Tensor _permute(Tensor t, tuple dims, str api):
+    """t.permute(*dims), the dimensions checked and normalised in C."""
+    cdef int order[TB_MAX_NDIM]
+    cdef uint64_t seen = 0
+    cdef int i
+    if len(dims) != t._ndim:
+        raise ValueError(f"{api}(): expected {t._ndim} dimensions; got {len(dims)}: {dims}")
+    for i in range(t._ndim):
+        order[i] = _normalize_dim(dims[i], t._ndim, api)
+        if (seen >> order[i]) & 1:
+            raise ValueError(f"{api}(): repeated dimension in {dims}")
+        seen |= (<uint64_t>1) << order[i]
+    return _permuted(t, order)
+
+
+cdef Tensor _permuted(Tensor t, const int* order):
+    """A view of t whose dimension i is t's dimension order[i] (a permutation)."""
+    cdef Tensor v = _view(t)
+    cdef int i
+    for i in range(t._ndim):
+        v._shape[i] = t._shape[order[i]]
+        v._strides[i] = t._strides[order[i]]
+    _check_packed_view(v)
+    return v
+
+
+cdef Tensor _reshaped(Tensor t, int ndim, const int64_t* dims):
+    """t with shape dims (whose product is t's size): a view when the strides allow
+    one, else a C-contiguous copy."""
+    cdef Tensor v = _reshape_view(t, ndim, dims)
+    if v is not None:
+        return v
+    if not _host_accessible(t._device.device_type):
+        raise BufferError(
+            f"reshape(): the strides of this {_dev_str(t._device)} tensor do not allow "
+            "a view, and tensorbridge cannot copy device memory")
+    return _reshape_view(_copy_contiguous(t), ndim, dims)
 
 
 def set_readonly(Tensor t, bint readonly):

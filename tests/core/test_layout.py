@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from producers import fake_device_producer
 
 import tensorbridge as tb
@@ -116,3 +118,90 @@ def test_view_dtype_errors():
         tb.asarray(np.arange(3, dtype=np.int32)).view("int64")
     with pytest.raises(ValueError, match="a 0-d tensor cannot change itemsize"):
         tb.asarray(1.0).view("int8")
+
+
+# -- the views computed in C, against NumPy's on random layouts ---------------------------
+
+_SLICES = st.tuples(
+    st.integers(-6, 6) | st.none(), st.integers(-6, 6) | st.none(), st.sampled_from([1, 2, -1, -2])
+)
+
+
+@st.composite
+def _strided(draw):
+    """A NumPy array and the same view of it as a Tensor: up to 4 dimensions, zero
+    extents, step slices and negative strides."""
+    shape = draw(st.lists(st.integers(0, 5), min_size=0, max_size=4))
+    base = np.arange(int(np.prod(shape)), dtype=np.int16).reshape(shape)
+    key = tuple(slice(*draw(_SLICES)) for _ in shape)
+    a = base[key] if key else base  # (NumPy's base[()] of a 0-d array is a scalar)
+    return a, tb.asarray(base)[key]
+
+
+def _same_view(t, expected, owner):
+    assert t.shape == expected.shape and t.tolist() == expected.tolist()
+    if expected.size > 1:
+        assert t.strides == tuple(s // expected.itemsize for s in expected.strides)
+    if expected.size:
+        assert t.data_ptr() == expected.__array_interface__["data"][0]
+        assert np.shares_memory(np.from_dlpack(t), owner)
+
+
+@given(_strided(), st.data())
+@settings(max_examples=300, deadline=None)
+def test_views_in_c_match_numpy(case, data):
+    a, t = case
+    owner = a.base if a.base is not None else a
+    _same_view(t.T, a.T, owner)
+    _same_view(t.transpose(), a.T, owner)
+    if a.ndim:
+        i = data.draw(st.integers(-a.ndim, a.ndim - 1))
+        j = data.draw(st.integers(-a.ndim, a.ndim - 1))
+        _same_view(t.transpose(i, j), a.swapaxes(i, j), owner)
+        order = data.draw(st.permutations(range(a.ndim)))
+        _same_view(t.permute(*order), a.transpose(order), owner)
+        _same_view(t.permute(order), a.transpose(order), owner)
+        _same_view(t.transpose(tuple(order)), a.transpose(order), owner)
+        if a.shape[0]:
+            k = data.draw(st.integers(-a.shape[0], a.shape[0] - 1))
+            _same_view(t[k], a[k, ...], owner)  # (a[k] of a 1-d array is a scalar)
+        s = slice(*data.draw(_SLICES))
+        _same_view(t[s], a[s], owner)
+    flat = t.flatten()
+    assert flat.tolist() == a.ravel().tolist()
+    assert np.shares_memory(np.from_dlpack(flat), owner) == np.shares_memory(a.reshape(-1), owner)
+    if a.size:
+        shape = data.draw(st.sampled_from([(-1,), (1, -1), (a.size, 1), (-1, 1, 1)]))
+        r = t.reshape(*shape)
+        expected = a.reshape(shape)
+        assert r.shape == expected.shape and r.tolist() == expected.tolist()
+        # A view exactly where NumPy's reshape gives one.
+        assert np.shares_memory(np.from_dlpack(r), owner) == np.shares_memory(expected, owner)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda t: t.permute(0, 1), ValueError, r"permute\(\): expected 3 dimensions; got 2"),
+        (
+            lambda t: t.permute(0, 2, 2),
+            ValueError,
+            r"permute\(\): repeated dimension in \(0, 2, 2\)",
+        ),
+        (lambda t: t.transpose((0, 0, 1)), ValueError, r"transpose\(\): repeated dimension"),
+        (lambda t: t.permute(0, 1, 3), IndexError, r"dimension 3 is out of range .* 3 dimensions"),
+        (lambda t: t.permute(0, 1, True), TypeError, r"dimensions must be ints; got True"),
+        (lambda t: t.transpose(0, 1.0), TypeError, r"dimensions must be ints; got 1.0"),
+        (lambda t: t.transpose(0, 1, 2), TypeError, r"two dimensions to swap"),
+        (lambda t: t.reshape(True, -1), TypeError, r"shape entries must be ints; got True"),
+        (lambda t: t.reshape(2**62, 2**62), ValueError, r"is too large"),
+        (lambda t: t[3], IndexError, r"index 3 is out of bounds for dimension 0 with size 3"),
+        (lambda t: t[-4], IndexError, r"index -4 is out of bounds for dimension 0 with size 3"),
+        (lambda t: t[2**70], IndexError, r"index 1180591620717411303424 is out of bounds"),
+        (lambda t: t[:: 2**62], IndexError, r"slice step .* is too large"),
+    ],
+)
+def test_view_errors_name_what_was_wrong(call, error, message):
+    _, t = grid()
+    with pytest.raises(error, match=message):
+        call(t)
