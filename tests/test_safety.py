@@ -51,7 +51,7 @@ def test_sequence_mutated_between_scan_and_fill():
     threshold = gc.get_threshold()
     gc.set_threshold(1)  # every allocation may collect, and so run the callback
     try:
-        _core.from_sequence(data, None, tb.float32, tb.complex64)
+        _core.from_sequence(data, None)
     except ValueError as exc:
         assert "changed while it was being read" in str(exc)
     else:

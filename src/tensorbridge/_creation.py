@@ -431,7 +431,7 @@ def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
             dtype = get_default_dtype()
         else:
             dtype = default_complex()
-    fast = _core.from_sequence([value], dtype, get_default_dtype(), default_complex())
+    fast = _core.from_sequence([value], dtype)
     if fast is not None:
         return fast.reshape(())
     out = _core.empty_tensor((), dtype)
@@ -440,7 +440,7 @@ def _from_scalar(value: Any, dtype: DType | None) -> Tensor:
 
 
 def from_sequence(obj: Any, dtype: DType | None) -> Tensor:
-    fast = _core.from_sequence(obj, dtype, get_default_dtype(), default_complex())
+    fast = _core.from_sequence(obj, dtype)
     if fast is not None:
         return fast
     return _sequence_general(obj, dtype)

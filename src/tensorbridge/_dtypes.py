@@ -184,6 +184,9 @@ def set_default_dtype(dtype: Any) -> None:
             f"float64; got {resolved.name}"
         )
     _default_float = resolved
+    from tensorbridge import _core  # (it imports this module: not at the top)
+
+    _core.set_default_float(resolved)  # what the compiled list fill reads
 
 
 def default_complex() -> DType:

@@ -6,6 +6,8 @@
 
 from types import ModuleType as _ModuleType
 
+from tensorbridge._dtypes import DType as _DType
+
 
 # --------------------------------------------------------------------------
 # The Python fallbacks, registered by tensorbridge/__init__.py
@@ -170,6 +172,14 @@ cdef object _asarray(obj, dtype, device, copy):
     global _asarray_general
     cdef _ApiSlot* slot
     cdef Tensor fast
+    if (type(obj) is list or type(obj) is tuple) and device is None and (
+            copy is None or copy is True):
+        # Nested lists and tuples of Python numbers: filled here, in C (new memory, so
+        # copy=True asks nothing more); anything else in them, the general path.
+        result = _sequence(obj, dtype if dtype is None or type(dtype) is _DType
+                           else _resolve_dtype_obj(dtype))
+        if result is not None:
+            return result
     if dtype is None and device is None and copy is None:
         if type(obj) is Tensor:
             return obj

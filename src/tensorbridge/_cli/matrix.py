@@ -212,8 +212,8 @@ def exchange_matrix(names: list[str], timing: bool = True, progress: Report = _s
 
 
 def sweep_dtypes() -> tuple[list[str], list[str]]:
-    """(the dtypes the sweep can make values of here, those it cannot: bfloat16 and
-    the float8/6/4 types need ml_dtypes, which a NumPy-only install lacks)."""
+    """(the dtypes the sweep can make values of here, those it cannot: the float8/6/4
+    types need ml_dtypes, which a NumPy-only install lacks)."""
     usable, missing = [], []
     for dtype in DTYPES:
         try:
