@@ -2,10 +2,13 @@
 # Included by _core.pyx. Allocation and copies: new tensors in memory of
 # ours (_memory.h), strided copies into C order, views sharing an owner.
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint16_t, uint64_t
 from libc.string cimport memcpy, memset
 from tensorbridge._dlpack cimport *
 from tensorbridge._memory cimport *
+from tensorbridge._casts cimport *
+
+import warnings as _warnings
 
 
 # --------------------------------------------------------------------------
@@ -92,6 +95,15 @@ cdef Tensor _view(Tensor src):
     return v
 
 
+def use_huge_pages(bint advise):
+    """Align blocks of 32 MiB or more to 2 MiB and advise them into transparent huge
+    pages (the default), or not (to measure the difference); the previous setting."""
+    global tb_huge_pages
+    previous = bool(tb_huge_pages)
+    tb_huge_pages = advise
+    return previous
+
+
 def empty_tensor(shape, dtype, device=None):
     """A new C-contiguous CPU tensor (64-byte aligned, uninitialised)."""
     cdef int64_t dims[TB_MAX_NDIM]
@@ -117,3 +129,63 @@ def zero_fill(Tensor t):
         with nogil:
             memset(t._data, 0, <size_t>nbytes)
     return t
+
+
+# --------------------------------------------------------------------------
+# Casts between float32 and the 16-bit floats (_casts.h)
+# --------------------------------------------------------------------------
+
+cdef bint _portable_casts = False
+
+
+def use_portable_casts(bint portable):
+    """Cast float16 with the portable C code even where the CPU has conversion
+    instructions (tests check both give the same bits); the previous setting."""
+    global _portable_casts
+    previous = _portable_casts
+    _portable_casts = portable
+    return previous
+
+
+def f16_cast_kind():
+    """Which float16 casts run here: "f16c" (the CPU's instructions) or "portable"."""
+    return tb_f16_cast_kind().decode()
+
+
+cdef object _cast16(Tensor t, object target):
+    """t cast to target in C when the pair is float32 to or from float16 or bfloat16
+    and t is C-contiguous CPU memory (what NumPy and ml_dtypes give, warnings
+    included); None otherwise (NumPy's cast decides)."""
+    cdef DLDataType to = _dl_dtype(target)
+    cdef DLDataType src = t._dtype
+    cdef int pair, flags = 0
+    cdef size_t n
+    cdef bint portable = _portable_casts
+    if t._device.device_type != kDLCPU or not t._c_contiguous():
+        return None
+    if src.code == kDLFloat and src.bits == 32 and to.bits == 16 and (
+            to.code == kDLFloat or to.code == kDLBfloat):
+        pair = 1 if to.code == kDLFloat else 2
+    elif to.code == kDLFloat and to.bits == 32 and src.bits == 16 and (
+            src.code == kDLFloat or src.code == kDLBfloat):
+        pair = 3 if src.code == kDLFloat else 4
+    else:
+        return None
+    cdef Tensor out = _alloc_tensor(t._ndim, t._shape, to, _cpu_device, 0)
+    n = <size_t>t._size()
+    cdef const char* data = t._ptr()
+    if n:
+        with nogil:
+            if pair == 1:
+                flags = tb_cast_f32_to_f16(<const float*>data, <uint16_t*>out._data, n, portable)
+            elif pair == 2:
+                flags = tb_cast_f32_to_bf16(<const float*>data, <uint16_t*>out._data, n, portable)
+            elif pair == 3:
+                flags = tb_cast_f16_to_f32(<const uint16_t*>data, <float*>out._data, n, portable)
+            else:
+                flags = tb_cast_bf16_to_f32(<const uint16_t*>data, <float*>out._data, n, portable)
+    if flags & TB_CAST_OVERFLOW:
+        _warnings.warn("overflow encountered in cast", RuntimeWarning)
+    if flags & TB_CAST_INVALID:
+        _warnings.warn("invalid value encountered in cast", RuntimeWarning)
+    return out

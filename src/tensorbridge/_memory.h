@@ -14,20 +14,29 @@
 #include <sys/mman.h>
 #endif
 
-/* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); blocks
- * of 4 MiB or more are 2 MiB aligned and, where the kernel supports it, backed by
- * transparent huge pages, so first writes fault 512 times less often (NumPy
- * does the same). Free with tb_free(). Returns NULL when out of memory.
+/* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); large
+ * blocks (below) 2 MiB aligned and, where the kernel supports it, backed by
+ * transparent huge pages. Free with tb_free(). Returns NULL when out of memory.
  *
  * The block comes from malloc with room to align it, and the pointer malloc gave is
  * kept just below the aligned one. Not posix_memalign: before glibc 2.38 (bug 30723)
  * it freed the remainders it splits off each aligned block into the tcache and
  * fastbins, where they could not be merged back, so a process that makes and frees
  * small tensors in a loop (asarray of a list) grew by about 7 bytes per tensor once
- * its heap was fragmented (measured in the test suite's worker processes). */
+ * its heap was fragmented (measured in the test suite's worker processes).
+ *
+ * Blocks of 32 MiB or more are 2 MiB aligned and advised into transparent huge pages.
+ * Smaller ones are not: glibc serves them from memory it reuses (its mmap threshold
+ * grows to 32 MiB), so they fault no pages to save, and the advice itself cost 0.4 ms
+ * per 4 MiB block here; from 32 MiB each block is a fresh mapping, whose first writes
+ * fault 4.5 times faster in huge pages (docs/design.md has the measurements). Tests
+ * and benchmarks switch the advice with use_huge_pages. */
+#define TB_HUGE_FROM ((size_t)32 << 20)
+static int tb_huge_pages = 1;
+
 static void *tb_alloc(size_t nbytes) {
   const size_t huge = (size_t)1 << 21;
-  const size_t align = nbytes >= ((size_t)1 << 22) ? huge : 64;
+  const size_t align = nbytes >= TB_HUGE_FROM && tb_huge_pages ? huge : 64;
   const size_t room = align - 1 + sizeof(void *);
   if (nbytes > SIZE_MAX - room) return NULL;
   char *raw = (char *)malloc(nbytes + room);

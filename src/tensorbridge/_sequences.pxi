@@ -108,8 +108,8 @@ cdef int _fill_kind(DLDataType dt, _Fill* fill) noexcept:
     elif (dt.code == kDLInt or dt.code == kDLUInt) and dt.bits in (8, 16, 32, 64):
         fill.kind = FILL_INT if dt.code == kDLInt else FILL_UINT
         if dt.code == kDLInt:
-            fill.low = -(<int64_t>1 << (dt.bits - 1))
             fill.high = (<uint64_t>1 << (dt.bits - 1)) - 1
+            fill.low = -<int64_t>fill.high - 1     # (1 << 63 does not fit int64)
         else:
             fill.low = 0
             fill.high = <uint64_t>0xffffffffffffffff if dt.bits == 64 else (

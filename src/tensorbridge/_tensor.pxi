@@ -413,6 +413,9 @@ cdef class Tensor:
         target = _resolve_dtype_obj(dtype)
         if not copy and target is _dtype_obj(self._dtype):
             return self
+        result = _cast16(self, target)
+        if result is not None:
+            return result
         return _numpy_ops().cast(self, target)
 
     def to(self, *args, dtype=None, device=None, copy=False):

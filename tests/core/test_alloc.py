@@ -28,10 +28,17 @@ def test_allocations_are_64_byte_aligned(n):
         assert t.data_ptr() % 64 == 0
 
 
-@pytest.mark.parametrize("nbytes", [(1 << 22) - 1, 1 << 22, (1 << 22) + 1, 3 << 21])
-def test_blocks_of_4_mib_and_more_are_2_mib_aligned(nbytes):
-    t = tb.zeros(nbytes, dtype="uint8")
-    assert t.data_ptr() % (1 << 21 if nbytes >= 1 << 22 else 64) == 0
+@pytest.mark.parametrize("nbytes", [(32 << 20) - 1, 32 << 20, (32 << 20) + 1, 5 << 22])
+@pytest.mark.parametrize("advise", [True, False])
+def test_blocks_of_32_mib_and_more_are_2_mib_aligned(nbytes, advise):
+    from tensorbridge import _core
+
+    previous = _core.use_huge_pages(advise)
+    try:
+        t = tb.zeros(nbytes, dtype="uint8")
+    finally:
+        _core.use_huge_pages(previous)
+    assert t.data_ptr() % (1 << 21 if advise and nbytes >= 32 << 20 else 64) == 0
     a = np.from_dlpack(t)
     a[:] = 7  # every byte is ours to write (AddressSanitizer checks the block's end)
     assert a[0] == a[-1] == 7
