@@ -2,12 +2,13 @@
 # Included by _core.pyx. Allocation and copies: new tensors in memory of
 # ours (_memory.h), strided copies into C order, views sharing an owner.
 
-from libc.stdint cimport int64_t, uint16_t, uint64_t
+from libc.stdint cimport int64_t, uint16_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 from tensorbridge._dlpack cimport *
 from tensorbridge._memory cimport *
 from tensorbridge._casts cimport *
 
+import sys as _sys
 import warnings as _warnings
 
 
@@ -152,6 +153,18 @@ def f16_cast_kind():
     return tb_f16_cast_kind().decode()
 
 
+cdef bint _default_float_errors() except -1:
+    """NumPy's floating-point error handling is its default (overflow and invalid
+    warn, underflow ignored), or NumPy is not loaded: the C casts report as NumPy then
+    would."""
+    numpy = _sys.modules.get("numpy")
+    if numpy is None:
+        return True
+    errors = numpy.geterr()
+    return (errors["over"] == "warn" and errors["invalid"] == "warn"
+            and errors["under"] == "ignore")
+
+
 cdef object _cast16(Tensor t, object target):
     """t cast to target in C when the pair is float32 to or from float16 or bfloat16
     and t is C-contiguous CPU memory (what NumPy and ml_dtypes give, warnings
@@ -161,8 +174,11 @@ cdef object _cast16(Tensor t, object target):
     cdef int pair, flags = 0
     cdef size_t n
     cdef bint portable = _portable_casts
-    if t._device.device_type != kDLCPU or not t._c_contiguous():
-        return None
+    if t._device.device_type != kDLCPU or not t._c_contiguous() or (
+            <uintptr_t>t._ptr()) % (src.bits // 8 if src.bits >= 8 else 1):
+        return None     # (misaligned elements: NumPy's cast reads them safely)
+    if not _default_float_errors():
+        return None     # np.errstate asks otherwise: NumPy's cast, which honours it
     if src.code == kDLFloat and src.bits == 32 and to.bits == 16 and (
             to.code == kDLFloat or to.code == kDLBfloat):
         pair = 1 if to.code == kDLFloat else 2

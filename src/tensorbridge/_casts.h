@@ -24,7 +24,9 @@
 #define TB_CAST_OVERFLOW 1 /* a finite value became infinite */
 #define TB_CAST_INVALID 2  /* a signalling NaN was cast to bfloat16 (ml_dtypes reports it) */
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* __builtin_cpu_supports("f16c"): Clang, and GCC from 11. */
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 11))
 #include <immintrin.h>
 #define TB_F16C_DISPATCH 1
 #endif
@@ -127,10 +129,10 @@ static int tb_cast_f16_to_f32(const uint16_t *src, float *dst, size_t n, int por
   return 0;
 }
 
-/* The bfloat16 loops, compiled twice where GCC can pick the copy at load time (an ifunc,
- * on Linux): for AVX2 and for the baseline. */
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
+/* The bfloat16 loops, compiled twice where GCC can pick the copy at load time (an ifunc:
+ * glibc on Linux; musl has none): for AVX2 and for the baseline. */
+#if defined(__linux__) && defined(__GLIBC__) && defined(__x86_64__) && defined(__GNUC__) && \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define TB_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TB_CLONES

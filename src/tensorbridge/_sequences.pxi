@@ -7,7 +7,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong, PyLong_AsDouble
 from cpython.exc cimport PyErr_Occurred
-from cpython.object cimport Py_SIZE
+from cpython.object cimport PyObject_IsTrue
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 from tensorbridge._half cimport *
@@ -150,8 +150,6 @@ cdef int _store(object item, const _Fill* fill, char* out, int64_t* index,
             return 0
         else:
             v = PyLong_AsLongLongAndOverflow(item, &overflow)
-            if overflow == 0 and v == -1 and PyErr_Occurred():
-                return -1
         if overflow > 0 and fill.high > <uint64_t>0x7fffffffffffffff:
             try:
                 u = PyLong_AsUnsignedLongLong(item)     # uint64 above 2**63
@@ -183,7 +181,7 @@ cdef int _store(object item, const _Fill* fill, char* out, int64_t* index,
             z = PyComplex_AsCComplex(item)
             (<uint8_t*>out)[0] = z.real != 0.0 or z.imag != 0.0
         else:
-            (<uint8_t*>out)[0] = Py_SIZE(item) != 0     # an int (or bool) is nonzero
+            (<uint8_t*>out)[0] = PyObject_IsTrue(item)     # an int (or bool) is nonzero
         return 1
     # Floats and complex numbers: the value as a double (ints as NumPy reads them).
     if type(item) is float:
@@ -196,10 +194,13 @@ cdef int _store(object item, const _Fill* fill, char* out, int64_t* index,
         im = z.imag
     else:
         if kind == FILL_BF16:
-            # ml_dtypes reads an int through int64 (TypeError beyond it).
-            PyLong_AsLongLongAndOverflow(item, &overflow)
+            # ml_dtypes reads an int through int64 (TypeError beyond it), and rounds it
+            # to float from there (not through a double: that would round twice).
+            v = PyLong_AsLongLongAndOverflow(item, &overflow)
             if overflow:
                 return 0
+            (<uint16_t*>out)[0] = tb_float_to_bfloat16(<float>v)
+            return 1
         try:
             d = PyLong_AsDouble(item)
         except OverflowError:

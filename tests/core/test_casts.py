@@ -139,3 +139,40 @@ def test_other_layouts_and_pairs_are_cast_as_numpy_casts_them():
     )
     assert t.astype("float32", copy=False) is t
     assert t.astype("float16").data_ptr() % 64 == 0
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_offset_and_misaligned_sources_are_cast_as_numpy_casts_them(name, kind):
+    raw = np.arange(4 * 40 + 8, dtype=np.uint8)
+    base = tb.asarray(raw)
+    for start in (4, 1, 2):  # an element offset, then addresses not 4-byte aligned
+        t = base[start : start + 4 * 40].view("float32")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (these bytes hold huge floats and NaNs)
+            expected = raw[start : start + 4 * 40].view(np.float32).astype(_peer(name))
+            got = t.astype(name)
+        assert np.array_equal(np.from_dlpack(got.view("uint16")), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("over", ["ignore", "raise", "warn"])
+def test_numpy_errstate_is_honoured(over, kind):
+    values = np.array([1.0, 1e6, -3.0] * 5, dtype=np.float32)
+    with np.errstate(over=over):
+        ours = _outcome_under(lambda: tb.asarray(values).astype("float16"))
+        theirs = _outcome_under(lambda: values.astype(np.float16))
+    assert ours == theirs
+
+
+def _outcome_under(make):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            result = make()
+        except FloatingPointError as exc:
+            return ("raises", str(exc))
+    data = (
+        np.from_dlpack(result.view("uint16"))
+        if type(result) is tb.Tensor
+        else result.view(np.uint16)
+    )
+    return ("ok", data.tobytes(), sorted(str(w.message) for w in seen))

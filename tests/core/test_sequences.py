@@ -131,6 +131,7 @@ EDGES = [
     -(2**31) - 1,
     2**32,
     2**53 + 1,
+    2**60 + 2**52 + 2**36 + 1,  # (bfloat16: rounded once from int64, as ml_dtypes does)
     2**63 - 1,
     2**63,
     -(2**63),
