@@ -115,9 +115,7 @@ class JaxFramework(Framework):
             to_buffer = _jax.dlpack_managed_tensor_to_buffer
             canonical = dtypes.canonicalize_dtype
             # The device the public function picks: the local CPU device 0.
-            device = next(
-                d for d in jax.local_devices(backend="cpu") if d.local_hardware_id == 0
-            )
+            device = next(d for d in jax.local_devices(backend="cpu") if d.local_hardware_id == 0)
         except Exception:  # (a jaxlib without them, or no CPU device 0)
             return None
         asarray = jax.numpy.asarray
