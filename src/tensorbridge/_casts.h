@@ -144,11 +144,9 @@ TB_CLONES static int tb_cast_f32_to_bf16(const float *src, uint16_t *dst, size_t
   uint32_t signalling = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t u = tb_float_bits(src[i]);
-    uint32_t nan = (u & 0x7fffffff) > 0x7f800000;
-    uint16_t rounded = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    uint16_t quiet = (uint16_t)(((u >> 16) & 0x8000) | 0x7fc0);
-    dst[i] = nan ? quiet : rounded;
-    signalling |= nan & ((u >> 22) ^ 1); /* a NaN without the quiet bit */
+    dst[i] = tb_float_to_bfloat16(src[i]);
+    /* a NaN without the quiet bit */
+    signalling |= ((u & 0x7fffffff) > 0x7f800000) & ((u >> 22) ^ 1);
   }
   return signalling ? TB_CAST_INVALID : 0;
 }
@@ -156,7 +154,7 @@ TB_CLONES static int tb_cast_f32_to_bf16(const float *src, uint16_t *dst, size_t
 TB_CLONES static int tb_cast_bf16_to_f32(const uint16_t *src, float *dst, size_t n,
                                          int portable) {
   (void)portable;
-  for (size_t i = 0; i < n; i++) dst[i] = tb_bits_float((uint32_t)src[i] << 16);
+  for (size_t i = 0; i < n; i++) dst[i] = tb_bfloat16_to_float(src[i]);
   return 0;
 }
 

@@ -97,11 +97,14 @@ static inline float tb_half_to_float(uint16_t h) {
   return sign ? -f : f;
 }
 
+/* Branch-free, so that the loops of _casts.h that call it vectorise. */
 static inline uint16_t tb_float_to_bfloat16(float f) {
   uint32_t u = tb_float_bits(f);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x7fc0) & 0xffc0;
-  u += 0x7fff + ((u >> 16) & 1); /* ties to even; a carry moves to the next binade */
-  return (uint16_t)(u >> 16);
+  uint32_t nan = (u & 0x7fffffff) > 0x7f800000;
+  /* ties to even; a carry moves to the next binade */
+  uint16_t rounded = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  uint16_t quiet = (uint16_t)(((u >> 16) & 0x8000) | 0x7fc0);
+  return nan ? quiet : rounded;
 }
 
 static inline float tb_bfloat16_to_float(uint16_t b) {

@@ -321,24 +321,14 @@ def test_a_pair_of_makers_is_chosen_by_ndim_in_c():
         made.append(("n-d", t.shape))
         return t
 
-    options = dict(
-        target_type=None,
-        dtypes=[tb.float32],
-        negative_strides=False,
-        noncompact=False,
-        permuted=False,
-        offset_ok=True,
-        readonly_ok=True,
-        alignment=0,
-    )
-    target = _core.FastTarget(maker=(one_d, other), **options)
+    target, _ = _carried_target(maker=(one_d, other))
     for shape in [(4,), (2, 2), (), (1, 4)]:
         t = tb.zeros(shape, dtype="float32")
         assert target(t) is t
     assert made == [("1-d", (4,)), ("n-d", (2, 2)), ("n-d", ()), ("n-d", (1, 4))]
     for bad in [(one_d,), (one_d, other, other), (one_d, "x")]:
         with pytest.raises(TypeError, match=r"\(for 1-d tensors, for the others\)"):
-            _core.FastTarget(maker=bad, **options)
+            _carried_target(maker=bad)
 
 
 @needs("pyarrow")
