@@ -83,17 +83,25 @@ cdef Tensor _index_int(Tensor t, int64_t i):
     return v
 
 
+cdef int _slice_dim(Tensor t, int d, object key, Py_ssize_t* start, int64_t* length,
+                    int64_t* stride) except -1:
+    """Dimension d of t sliced by key: its first index, extent and stride."""
+    cdef Py_ssize_t stop, step
+    if PySlice_Unpack(key, start, &stop, &step) < 0:
+        raise ValueError("invalid slice")   # not reached: Unpack raised already
+    length[0] = PySlice_AdjustIndices(t._shape[d], start, &stop, step)
+    if tb_mul_overflow(t._strides[d], step, stride) or \
+            stride[0] > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
+            stride[0] < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
+        raise IndexError(f"slice step {step} is too large for dimension {d}")
+    return 0
+
+
 cdef Tensor _index_slice(Tensor t, object key):
     """t[key] for one slice (the first dimension's), as _basic_index reads it."""
-    cdef Py_ssize_t start, stop, step, length
-    cdef int64_t stride
-    if PySlice_Unpack(key, &start, &stop, &step) < 0:
-        raise ValueError("invalid slice")   # not reached: Unpack raised already
-    length = PySlice_AdjustIndices(t._shape[0], &start, &stop, step)
-    if tb_mul_overflow(t._strides[0], step, &stride) or \
-            stride > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
-            stride < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
-        raise IndexError(f"slice step {step} is too large for dimension 0")
+    cdef Py_ssize_t start
+    cdef int64_t length, stride
+    _slice_dim(t, 0, key, &start, &length, &stride)
     cdef Tensor v = _view(t)
     v._shape[0] = length
     v._strides[0] = stride
@@ -120,7 +128,7 @@ cdef Tensor _basic_index(Tensor t, tuple key):
     cdef int n = 0, d = 0, j
     cdef int64_t offset = 0, extent, index, term
     cdef bint overflow = False
-    cdef Py_ssize_t start, stop, step, length
+    cdef Py_ssize_t start
     for k in key:
         if k is None:
             if n >= TB_MAX_NDIM:
@@ -138,18 +146,10 @@ cdef Tensor _basic_index(Tensor t, tuple key):
                 n += 1
                 d += 1
         elif type(k) is slice:
-            if PySlice_Unpack(k, &start, &stop, &step) < 0:
-                raise ValueError("invalid slice")   # not reached: Unpack raised already
-            extent = t._shape[d]
-            length = PySlice_AdjustIndices(extent, &start, &stop, step)
             if n >= TB_MAX_NDIM:
                 raise IndexError(f"the result would have more than {TB_MAX_NDIM} dimensions")
-            new_shape[n] = length
-            if tb_mul_overflow(t._strides[d], step, &new_strides[n]) or \
-                    new_strides[n] > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
-                    new_strides[n] < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
-                raise IndexError(f"slice step {step} is too large for dimension {d}")
-            if length > 0:
+            _slice_dim(t, d, k, &start, &new_shape[n], &new_strides[n])
+            if new_shape[n] > 0:
                 overflow |= tb_mul_overflow(start, t._strides[d], &term) or \
                     tb_add_overflow(offset, term, &offset)
             n += 1
