@@ -17,7 +17,9 @@ Jobs, in groups (each group's cases are timed interleaved, round-robin, by media
   10**7 float64;
 - casts: 4 * 10**6 elements, float32 to and from float16 and bfloat16 (NumPy through
   ml_dtypes for bfloat16), int32 to float32, float64 to float32 (20 MB written into
-  fresh memory on each call).
+  fresh memory on each call), uint8 to float32, float32 to float64 and int32, every
+  other float32 (a strided source) to float64 and float16, and a 3x4 float32 tensor
+  to float64.
 
 PyTorch runs on ``--torch-threads`` threads (1 by default: NumPy and tensorbridge use
 one core). Prints a Markdown table per group: each case's median in µs and the ratio
@@ -146,6 +148,10 @@ def _casts(torch, ml_dtypes) -> dict[str, Job]:
     x32, x16 = torch.from_numpy(f32), torch.from_numpy(f16)
     xbf = torch.from_numpy(f32).to(torch.bfloat16)
     xi32, x64 = torch.from_numpy(i32), torch.from_numpy(f64)
+    u8 = rng.integers(0, 256, n, dtype=np.uint8)  # an image's bytes
+    tu8, xu8 = tb.asarray(u8), torch.from_numpy(u8)
+    small = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tsmall, xsmall = tb.asarray(small), torch.from_numpy(small)
     return {
         "float32 -> float16": {
             "tensorbridge": lambda: t32.astype("float16"),
@@ -176,6 +182,36 @@ def _casts(torch, ml_dtypes) -> dict[str, Job]:
             "tensorbridge": lambda: t64.astype("float32"),
             "numpy": lambda: f64.astype(np.float32),
             "torch": lambda: x64.to(torch.float32),
+        },
+        "uint8 -> float32": {
+            "tensorbridge": lambda: tu8.astype("float32"),
+            "numpy": lambda: u8.astype(np.float32),
+            "torch": lambda: xu8.to(torch.float32),
+        },
+        "float32 -> float64": {
+            "tensorbridge": lambda: t32.astype("float64"),
+            "numpy": lambda: f32.astype(np.float64),
+            "torch": lambda: x32.to(torch.float64),
+        },
+        "float32 -> int32": {
+            "tensorbridge": lambda: t32.astype("int32"),
+            "numpy": lambda: f32.astype(np.int32),
+            "torch": lambda: x32.to(torch.int32),
+        },
+        "float32[::2] -> float64 (strided)": {
+            "tensorbridge": lambda: t32[::2].astype("float64"),
+            "numpy": lambda: f32[::2].astype(np.float64),
+            "torch": lambda: x32[::2].to(torch.float64),
+        },
+        "float32[::2] -> float16 (strided)": {
+            "tensorbridge": lambda: t32[::2].astype("float16"),
+            "numpy": lambda: f32[::2].astype(np.float16),
+            "torch": lambda: x32[::2].to(torch.float16),
+        },
+        "3x4 float32 -> float64": {
+            "tensorbridge": lambda: tsmall.astype("float64"),
+            "numpy": lambda: small.astype(np.float64),
+            "torch": lambda: xsmall.to(torch.float64),
         },
     }
 

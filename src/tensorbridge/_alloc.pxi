@@ -165,41 +165,54 @@ cdef bint _default_float_errors() except -1:
             and errors["under"] == "ignore")
 
 
-cdef object _cast16(Tensor t, object target):
-    """t cast to target in C when the pair is float32 to or from float16 or bfloat16
-    and t is C-contiguous CPU memory (what NumPy and ml_dtypes give, warnings
-    included); None otherwise (NumPy's cast decides)."""
+cdef object _cast_in_c(Tensor t, object target):
+    """t cast to target in C, when both are among the integer types, float32 and
+    float64, or the pair is float32 to or from float16 or bfloat16, and t is CPU
+    memory with aligned elements: NumPy's values (ml_dtypes' for bfloat16) and its
+    warnings. None otherwise, and for what C would not decide as NumPy does (a float
+    out of an integer type's range, NaN or infinite), or casts between floats that
+    raise a floating-point condition under an np.errstate other than NumPy's
+    default: NumPy's cast then decides."""
     cdef DLDataType to = _dl_dtype(target)
     cdef DLDataType src = t._dtype
-    cdef int pair, flags = 0
-    cdef size_t n
+    cdef int from_kind = tb_cast_kind(src.code, src.bits) if src.lanes == 1 else -1
+    cdef int to_kind = tb_cast_kind(to.code, to.bits) if to.lanes == 1 else -1
+    cdef int flags = 0, i
     cdef bint portable = _portable_casts
-    if t._device.device_type != kDLCPU or not t._c_contiguous() or (
-            <uintptr_t>t._ptr()) % (src.bits // 8 if src.bits >= 8 else 1):
+    cdef size_t item = src.bits // 8
+    cdef int64_t byte_strides[64]
+    cdef tb_reader reader
+    if not tb_casts(from_kind, to_kind) or t._device.device_type != kDLCPU or (
+            <uintptr_t>t._ptr()) % item:
         return None     # (misaligned elements: NumPy's cast reads them safely)
-    if not _default_float_errors():
-        return None     # np.errstate asks otherwise: NumPy's cast, which honours it
-    if src.code == kDLFloat and src.bits == 32 and to.bits == 16 and (
-            to.code == kDLFloat or to.code == kDLBfloat):
-        pair = 1 if to.code == kDLFloat else 2
-    elif to.code == kDLFloat and to.bits == 32 and src.bits == 16 and (
-            src.code == kDLFloat or src.code == kDLBfloat):
-        pair = 3 if src.code == kDLFloat else 4
-    else:
+    # Between floats the CPU may flag overflow, underflow or invalid values: under an
+    # np.errstate other than NumPy's default, NumPy's cast decides. float32 <->
+    # float64 report all three from the values (asked afterwards, only when one
+    # happened); the 16-bit casts do not report underflow (asked first).
+    cdef bint wide_pair = from_kind >= TB_F32 and to_kind >= TB_F32 and \
+        from_kind <= TB_F64 and to_kind <= TB_F64
+    if from_kind >= TB_F32 and to_kind >= TB_F32 and from_kind != to_kind and \
+            not wide_pair and not _default_float_errors():
         return None
     cdef Tensor out = _alloc_tensor(t._ndim, t._shape, to, _cpu_device, 0)
-    n = <size_t>t._size()
+    cdef size_t n = <size_t>t._size()
     cdef const char* data = t._ptr()
-    if n:
+    if n == 0:
+        return out
+    if t._c_contiguous():
         with nogil:
-            if pair == 1:
-                flags = tb_cast_f32_to_f16(<const float*>data, <uint16_t*>out._data, n, portable)
-            elif pair == 2:
-                flags = tb_cast_f32_to_bf16(<const float*>data, <uint16_t*>out._data, n, portable)
-            elif pair == 3:
-                flags = tb_cast_f16_to_f32(<const uint16_t*>data, <float*>out._data, n, portable)
-            else:
-                flags = tb_cast_bf16_to_f32(<const uint16_t*>data, <float*>out._data, n, portable)
+            flags = tb_cast(from_kind, to_kind, data, out._data, n, portable)
+    else:
+        for i in range(t._ndim):
+            byte_strides[i] = t._strides[i] * <int64_t>item
+        tb_reader_init(&reader, data, t._ndim, t._shape, byte_strides, item)
+        with nogil:
+            flags = tb_cast_strided(from_kind, to_kind, &reader, <char*>out._data,
+                                    to.bits // 8, portable)
+    if flags & TB_CAST_UNDECIDED:
+        return None
+    if wide_pair and flags and not _default_float_errors():
+        return None
     if flags & TB_CAST_OVERFLOW:
         _warnings.warn("overflow encountered in cast", RuntimeWarning)
     if flags & TB_CAST_INVALID:

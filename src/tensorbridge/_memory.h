@@ -116,4 +116,77 @@ static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const in
   }
 }
 
+/* Reads an n-d strided array (byte strides, no zero extent, 1 <= ndim <= 64) in C
+ * order, a chunk at a time, into contiguous buffers: for loops that work on
+ * contiguous runs (the casts of _casts.h) over sources that are not. */
+typedef struct {
+  const char *row; /* the current innermost row */
+  int ndim;
+  const int64_t *shape;
+  const int64_t *strides;
+  size_t itemsize;
+  int64_t inner;    /* position in the row */
+  int64_t index[64];
+} tb_reader;
+
+static void tb_reader_init(tb_reader *r, const char *src, int ndim, const int64_t *shape,
+                           const int64_t *byte_strides, size_t itemsize) {
+  r->row = src;
+  r->ndim = ndim;
+  r->shape = shape;
+  r->strides = byte_strides;
+  r->itemsize = itemsize;
+  r->inner = 0;
+  for (int d = 0; d < ndim; ++d) r->index[d] = 0;
+}
+
+/* Copies the next (at most) max elements into out; returns how many (0 at the end). */
+static size_t tb_read(tb_reader *r, char *out, size_t max) {
+  const int last = r->ndim - 1;
+  const int64_t step = r->strides[last];
+  const size_t item = r->itemsize;
+  size_t got = 0;
+  while (got < max && r->row != NULL) {
+    int64_t left = r->shape[last] - r->inner;
+    size_t take = (size_t)left < max - got ? (size_t)left : max - got;
+    const char *p = r->row + r->inner * step;
+    char *q = out + got * item;
+    switch (item) {
+#define TB_READ_CASE(N)                   \
+  case N:                                 \
+    for (size_t i = 0; i < take; ++i) {   \
+      memcpy(q, p, N);                    \
+      q += N;                             \
+      p += step;                          \
+    }                                     \
+    break;
+      TB_READ_CASE(1)
+      TB_READ_CASE(2)
+      TB_READ_CASE(4)
+      TB_READ_CASE(8)
+#undef TB_READ_CASE
+      default:
+        for (size_t i = 0; i < take; ++i) {
+          memcpy(q, p, item);
+          q += item;
+          p += step;
+        }
+    }
+    got += take;
+    r->inner += (int64_t)take;
+    if (r->inner == r->shape[last]) {
+      r->inner = 0;
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        r->row += r->strides[d];
+        if (++r->index[d] < r->shape[d]) break;
+        r->row -= r->strides[d] * r->shape[d];
+        r->index[d] = 0;
+      }
+      if (d < 0) r->row = NULL; /* done */
+    }
+  }
+  return got;
+}
+
 #endif /* TENSORBRIDGE_MEMORY_H_ */

@@ -413,7 +413,7 @@ cdef class Tensor:
         target = _resolve_dtype_obj(dtype)
         if not copy and target is _dtype_obj(self._dtype):
             return self
-        result = _cast16(self, target)
+        result = _cast_in_c(self, target)
         if result is not None:
             return result
         return _numpy_ops().cast(self, target)

@@ -129,7 +129,7 @@ def _keeps(bits, name):
 def test_other_layouts_and_pairs_are_cast_as_numpy_casts_them():
     a = np.linspace(-3, 3, 24, dtype=np.float32).reshape(4, 6)
     t = tb.asarray(a)
-    strided = t[:, ::2].astype("float16")  # not contiguous: NumPy's cast
+    strided = t[:, ::2].astype("float16")  # not contiguous: read a chunk at a time
     assert np.array_equal(np.from_dlpack(strided), a[:, ::2].astype(np.float16))
     assert np.array_equal(np.from_dlpack(t.T.astype("float16")), a.T.astype(np.float16))
     assert np.array_equal(np.from_dlpack(t.astype("float64")), a.astype(np.float64))

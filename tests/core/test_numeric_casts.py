@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Casts among the integer types, float32 and float64 (_casts.h's tb_cast_numeric),
+and casts of strided sources: every pair of these dtypes, on edge values and random
+ones, contiguous, strided, transposed, 0-d and empty, compared with NumPy's cast
+(values, dtype, shape, warnings, exceptions under np.errstate). Which pairs run in C
+is checked too: their results must not come from NumPy's cast."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorbridge as tb
+
+INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+FLOATS = ["float32", "float64"]
+NUMERIC = INTS + FLOATS
+SMALL_INTS = [n for n in INTS if np.dtype(n).itemsize <= 4]
+
+# The pairs _casts.h casts itself (the others go to NumPy's cast: docs/design.md).
+IN_C = {(a, b) for a in SMALL_INTS for b in SMALL_INTS + FLOATS}
+IN_C |= {(a, b) for a in FLOATS for b in FLOATS} | {("float32", "int32")}
+IN_C |= {(a, b) for a in ("float32",) for b in ("float16", "bfloat16")}
+IN_C |= {(b, a) for a in ("float32",) for b in ("float16", "bfloat16")}
+
+
+def _signalling(dtype):
+    bits = {"float32": (np.uint32, 0x7F800001), "float64": (np.uint64, 0x7FF0000000000001)}
+    kind, pattern = bits[dtype]
+    return np.array([pattern], dtype=kind).view(dtype)[0]
+
+
+def _edges(dtype):
+    """Each type's extremes and its neighbours of zero; for floats also the values
+    around every integer type's range, ties, infinities, NaNs (quiet and
+    signalling, both signs), zeros and subnormals."""
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        values = [info.min, info.min + 1, -1, 0, 1, 2, info.max - 1, info.max, 127, 128, 255]
+        return np.array([v for v in values if info.min <= v <= info.max], dtype=dtype)
+    info = np.finfo(dtype)
+    values = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.9999, -0.9999]
+    for name in INTS:
+        lo, hi = int(np.iinfo(name).min), int(np.iinfo(name).max)
+        values += [lo, hi, lo - 1, hi + 1, lo - 0.5, hi + 0.5, hi + 2.0**10]
+    values += [float(info.max), -float(info.max), float(info.tiny), float(info.smallest_subnormal)]
+    values += [1e300, -1e300, 3.5e38, 3.4028235e38, 1e-45, 1e-320]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (1e300 as float32 overflows: that is the point)
+        out = np.array([*values, np.inf, -np.inf, np.nan, -np.nan], dtype=dtype)
+    return np.concatenate([out, [_signalling(dtype)], -np.array([_signalling(dtype)])])
+
+
+def _random(dtype, n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    scale = rng.choice([1.0, 100.0, 1e5, 1e10], n)
+    return (rng.standard_normal(n) * scale).astype(dtype)
+
+
+def _outcome(make):
+    """What a cast gives: (bytes, dtype, shape) or the exception, and its warnings."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            result = make()
+        except FloatingPointError as exc:
+            return ("raises", type(exc), str(exc)), []
+        array = np.asarray(result) if type(result) is tb.Tensor else result
+        got = (np.ascontiguousarray(array).tobytes(), str(array.dtype), array.shape)
+    return got, sorted({str(w.message) for w in seen})
+
+
+def _same(source, name):
+    ours = _outcome(lambda: _defined(source, tb.asarray(source).astype(name)))
+    theirs = _outcome(lambda: _defined(source, source.astype(name)))
+    if _undefined(source, name).any() and not source.flags.c_contiguous:
+        ours, theirs = ours[0], theirs[0]  # (see _undefined: warnings vary by loop)
+    assert ours == theirs, (source.dtype, name, source[:8])
+
+
+def _undefined(source, name):
+    """The elements whose cast NumPy leaves undefined: a float NaN, infinite or out
+    of an integer type's range. NumPy's own values for them, and whether it warns,
+    depend on the CPU and on the loop it picks (a transposed source and its
+    contiguous copy differ: float64 -> uint32 warns in one and not the other)."""
+    target = np.dtype(name)
+    if source.dtype.kind != "f" or target.kind not in "iu":
+        return np.zeros(source.shape, bool)
+    info = np.iinfo(target)
+    with np.errstate(invalid="ignore", over="ignore"):
+        wide = np.trunc(source.astype(np.float64))
+        inside = (wide >= info.min) & (wide <= info.max)
+    # (float64 cannot hold every 64-bit bound: values that far out are left out)
+    return ~inside | (np.abs(wide) >= 2.0**63)
+
+
+def _defined(source, result):
+    """The result with the undefined elements (_undefined) set to 0."""
+    array = np.asarray(result) if type(result) is tb.Tensor else result
+    out = np.array(array, copy=True)
+    out[_undefined(source, array.dtype)] = 0
+    return out
+
+
+def _layouts(values):
+    """values contiguous, strided, reversed, transposed, 0-d, empty, and (non-empty)
+    one element."""
+    n = values.size - values.size % 6
+    grid = values[:n].reshape(-1, 6) if n else values[:0].reshape(0, 6)
+    yield values
+    yield values[::3]
+    yield values[::-1]
+    yield grid.T
+    yield grid[:, 1::2]
+    yield values[:0]
+    if values.size:
+        yield values[:1]
+        yield values[0].reshape(())
+
+
+@pytest.mark.parametrize(("source", "target"), list(itertools.product(NUMERIC, NUMERIC)))
+def test_every_pair_casts_as_numpy_casts(source, target):
+    for values in (_edges(source), _random(source)):
+        for layout in _layouts(values):
+            _same(layout, target)
+
+
+@pytest.mark.parametrize(("source", "target"), list(itertools.product(NUMERIC, NUMERIC)))
+def test_each_edge_value_alone(source, target):
+    """Each edge value among clean ones, so that it alone decides the outcome (a
+    bound off by one, a missed overflow or signalling NaN would show), contiguous:
+    values and warnings compared."""
+    clean = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9], dtype=source)
+    for value in _edges(source):
+        values = clean.copy()
+        values[4] = value
+        _same(values, target)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_16_bit_casts_of_strided_sources(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    peer = np.float16 if name == "float16" else ml_dtypes.bfloat16
+    values = np.linspace(-70000, 70000, 6001, dtype=np.float32)
+    values[::97] = np.nan
+    values[5::97] = _signalling("float32")
+    for layout in _layouts(values):
+        ours = _outcome(lambda x=layout: np.asarray(tb.asarray(x).astype(name).view("uint16")))
+        theirs = _outcome(lambda x=layout: x.astype(peer).view(np.uint16))
+        assert ours == theirs
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (compared above)
+            narrow = layout.astype(peer)  # and back, from strided 16-bit sources
+        ours = _outcome(lambda x=narrow: tb.asarray(x.view(np.uint16)).view(name).astype("float32"))
+        theirs = _outcome(lambda x=narrow: x.astype(np.float32))
+        assert ours == theirs
+
+
+NUMERIC_IN_C = sorted((a, b) for a, b in IN_C if a in NUMERIC and b in NUMERIC)
+
+
+@pytest.mark.parametrize(("source", "target"), NUMERIC_IN_C)
+def test_these_pairs_are_cast_in_c(source, target, monkeypatch):
+    """Clean values of the C pairs never reach NumPy's cast."""
+    values = _random(source, 500)
+    if source in FLOATS and target in INTS:
+        values = np.round(values % 1000).astype(source)  # within the integer type
+    t = tb.asarray(values)
+    expected = values.astype(target)
+    import tensorbridge._numpy as ops  # what Tensor.astype falls back to
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy's cast was asked")
+
+    monkeypatch.setattr(ops, "cast", refuse)
+    for layout in (t, t[::2], t[:0]):
+        got = layout.astype(target)
+        assert np.array_equal(np.asarray(got), np.asarray(layout).astype(target))
+    assert np.asarray(t.astype(target)).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("setting", ["ignore", "raise", "warn"])
+@pytest.mark.parametrize(
+    ("source", "target", "value"),
+    [
+        ("float64", "float32", 1e300),
+        ("float64", "float32", 1e-300),
+        ("float64", "float32", "snan"),
+        ("float32", "float64", "snan"),
+        ("float32", "int32", 3e9),
+        ("float32", "int32", np.nan),
+        ("int64", "float32", 2**63 - 1),
+    ],
+)
+def test_numpy_errstate_is_honoured(source, target, value, setting):
+    item = _signalling(source) if value == "snan" else value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = np.array([1.0, 2.0, item, 3.0] * 3, dtype=source)
+    with np.errstate(all=setting):
+        ours = _outcome(lambda: tb.asarray(values).astype(target))
+        theirs = _outcome(lambda: values.astype(target))
+    assert ours == theirs
+
+
+def test_misaligned_and_offset_sources():
+    raw = np.arange(8 * 64 + 16, dtype=np.uint8)
+    base = tb.asarray(raw)
+    for start in (8, 4, 1, 3):
+        for name, target in (("float64", "float32"), ("int32", "float64"), ("uint16", "int8")):
+            width = np.dtype(name).itemsize
+            t = base[start : start + width * 32].view(name)
+            expected = raw[start : start + width * 32].view(name)
+            _same_tensor(t, expected, target)
+
+
+def _same_tensor(t, array, target):
+    ours = _outcome(lambda: t.astype(target))
+    theirs = _outcome(lambda: array.astype(target))
+    assert ours == theirs
+
+
+def test_results_are_new_aligned_c_contiguous_memory():
+    a = np.arange(24, dtype=np.int16).reshape(4, 6)
+    t = tb.asarray(a)
+    for source in (t, t.T, t[:, ::2]):
+        out = source.astype("float32")
+        assert out.is_contiguous() and out.data_ptr() % 64 == 0
+        assert not np.shares_memory(np.asarray(out), a)
+        assert out.shape == source.shape
+    assert t.astype("int16", copy=False) is t
+    copied = t.astype("int16")
+    assert copied is not t and np.array_equal(np.asarray(copied), a)
+
+
+def test_long_strided_sources_cross_the_read_chunks():
+    """Longer than the C reader's buffer (1024 elements), rows of awkward lengths."""
+    values = np.arange(3 * 1031 * 7, dtype=np.int32).reshape(3, 1031, 7)
+    for layout in (values.transpose(2, 0, 1), values[:, ::-1, ::3], values.transpose(1, 2, 0)):
+        _same(layout, "float64")
+        _same(layout, "int8")
+    floats = np.linspace(-1e4, 1e4, 5000, dtype=np.float32)[::-2]
+    floats[700] = 5e9  # out of int32's range, in a later chunk: NumPy decides
+    _same(floats, "int32")
