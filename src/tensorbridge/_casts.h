@@ -6,7 +6,7 @@
  *
  * float32 <-> float16 uses the CPU's conversion instructions (x86 F16C, eight values
  * at a time) when the CPU has them, asked at run time, so the package still builds
- * and runs everywhere: elsewhere, and for any block of eight holding a NaN (F16C
+ * and runs everywhere: elsewhere, and for any block of 32 or 8 holding a NaN (F16C
  * quiets NaNs, NumPy keeps their payload as it is), the portable functions of
  * _half.h. The bfloat16 loops are plain integer arithmetic the compiler vectorises.
  *
@@ -63,27 +63,51 @@ static void tb_f16_to_f32_portable(const uint16_t *src, float *dst, size_t n) {
 }
 
 #ifdef TB_F16C_DISPATCH
+/* Four vectors of eight at a time: one test for NaNs (a block holding one goes to the
+ * portable code), the overflow test kept in a vector and read once at the end; then
+ * eight at a time, then the portable code for the tail. */
 __attribute__((target("avx,f16c"))) static int tb_f32_to_f16_f16c(const float *src,
                                                                     uint16_t *dst,
                                                                     size_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 limit = _mm256_set1_ps(TB_HALF_OVERFLOW_AT);
   const __m256 inf = _mm256_set1_ps((float)INFINITY);
+  const int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m256 big = _mm256_setzero_ps();
   int flags = 0;
   size_t i = 0;
+/* |v| rounds to infinity and v is finite, lane by lane */
+#define TB_BIG(v)                                                               \
+  _mm256_and_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v), limit, _CMP_GE_OQ), \
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, v), inf, _CMP_NEQ_OQ))
+#define TB_NAN(v) _mm256_cmp_ps(v, v, _CMP_UNORD_Q)
+  for (; i + 32 <= n; i += 32) {
+    __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
+    __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(TB_NAN(a), TB_NAN(b)),
+                                        _mm256_or_ps(TB_NAN(c), TB_NAN(d))))) {
+      flags |= tb_f32_to_f16_portable(src + i, dst + i, 32);
+      continue;
+    }
+    big = _mm256_or_ps(big, _mm256_or_ps(_mm256_or_ps(TB_BIG(a), TB_BIG(b)),
+                                         _mm256_or_ps(TB_BIG(c), TB_BIG(d))));
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(a, round));
+    _mm_storeu_si128((__m128i *)(dst + i + 8), _mm256_cvtps_ph(b, round));
+    _mm_storeu_si128((__m128i *)(dst + i + 16), _mm256_cvtps_ph(c, round));
+    _mm_storeu_si128((__m128i *)(dst + i + 24), _mm256_cvtps_ph(d, round));
+  }
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_loadu_ps(src + i);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+    if (_mm256_movemask_ps(TB_NAN(v))) {
       flags |= tb_f32_to_f16_portable(src + i, dst + i, 8);
       continue;
     }
-    __m256 a = _mm256_andnot_ps(sign, v);
-    __m256 big = _mm256_and_ps(_mm256_cmp_ps(a, limit, _CMP_GE_OQ),
-                               _mm256_cmp_ps(a, inf, _CMP_NEQ_OQ));
-    if (_mm256_movemask_ps(big)) flags |= TB_CAST_OVERFLOW;
-    _mm_storeu_si128((__m128i *)(dst + i),
-                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    big = _mm256_or_ps(big, TB_BIG(v));
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(v, round));
   }
+#undef TB_BIG
+#undef TB_NAN
+  if (_mm256_movemask_ps(big)) flags |= TB_CAST_OVERFLOW;
   return flags | tb_f32_to_f16_portable(src + i, dst + i, n - i);
 }
 

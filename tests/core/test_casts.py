@@ -91,19 +91,25 @@ def test_float32_narrows_as_the_peer_narrows_it(name, kind):
 
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 33])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 33, 40, 64, 71])
 def test_tails_and_blocks_holding_a_nan_or_an_overflow(name, n, kind):
     rng = np.random.default_rng(n)
     values = (rng.standard_normal(n) * 100).astype(np.float32)
     _same(values, name)
-    if n:
+    # Each special value at every position: each vector of a block of 32, each block
+    # of 8 and the tail decide alone; an infinity beside an overflow too.
+    for position in range(n):
         for special in (np.nan, np.float32(1e6), -np.inf):
             spiked = values.copy()
-            spiked[n // 2] = special
+            spiked[position] = special
             _same(spiked, name)
             with np.errstate(over="ignore"):
                 narrow = spiked.astype(_peer(name))
             _same(narrow, "float32")
+        spiked = values.copy()
+        spiked[position] = 7e4
+        spiked[(position + 8) % n] = np.inf
+        _same(spiked, name)
 
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
