@@ -64,14 +64,102 @@ static inline int tb_add_overflow(int64_t a, int64_t b, int64_t *out) {
   return __builtin_add_overflow(a, b, out);
 }
 
+/* One plane of a copy whose source runs along another dimension than the output's
+ * rows (a transpose, a permute): dst[i][j] = src[i][j] for i < rows, j < cols, with
+ * byte strides dst_row (dst_col = item), src_row (small: the source's memory order)
+ * and src_col. Square tiles, so that the source lines a tile reads are still cached
+ * when the next output row reads them again (a 2048 x 2048 float64 transpose: 16 ms
+ * against 33 ms row by row, here). */
+static void tb_copy_plane(char *dst, const char *src, int64_t rows, int64_t cols,
+                          int64_t dst_row, int64_t src_row, int64_t src_col, size_t item) {
+  const int64_t tile = item <= 4 ? 64 : 32;
+  for (int64_t i0 = 0; i0 < rows; i0 += tile) {
+    const int64_t i1 = i0 + tile < rows ? i0 + tile : rows;
+    for (int64_t j0 = 0; j0 < cols; j0 += tile) {
+      const int64_t j1 = j0 + tile < cols ? j0 + tile : cols;
+      for (int64_t i = i0; i < i1; ++i) {
+        const char *p = src + i * src_row + j0 * src_col;
+        char *q = dst + i * dst_row + j0 * (int64_t)item;
+        switch (item) {
+#define TB_PLANE_CASE(N)                        \
+  case N:                                       \
+    for (int64_t j = j0; j < j1; ++j) {         \
+      memcpy(q, p, N);                          \
+      q += N;                                   \
+      p += src_col;                             \
+    }                                           \
+    break;
+          TB_PLANE_CASE(1)
+          TB_PLANE_CASE(2)
+          TB_PLANE_CASE(4)
+          TB_PLANE_CASE(8)
+          TB_PLANE_CASE(16)
+#undef TB_PLANE_CASE
+          default:
+            for (int64_t j = j0; j < j1; ++j) {
+              memcpy(q, p, item);
+              q += item;
+              p += src_col;
+            }
+        }
+      }
+    }
+  }
+}
+
+/* The dimension (not the last) along which the source's memory runs, when it is not
+ * the last's: the one of smallest absolute stride, if smaller than the last's; else
+ * -1. Dimensions of extent 1 do not count. */
+static int tb_transposed_dim(int ndim, const int64_t *shape, const int64_t *byte_strides,
+                             size_t itemsize) {
+  const int last = ndim - 1;
+  int64_t best = byte_strides[last] < 0 ? -byte_strides[last] : byte_strides[last];
+  int k = -1;
+  if (ndim < 2 || shape[last] == 1 || best == (int64_t)itemsize) return -1;
+  for (int d = 0; d < last; ++d) {
+    int64_t s = byte_strides[d] < 0 ? -byte_strides[d] : byte_strides[d];
+    if (shape[d] > 1 && s < best) {
+      best = s;
+      k = d;
+    }
+  }
+  return k;
+}
+
 /* Copy an n-d strided array (byte strides) into a C-contiguous buffer.
- * shape must have no zero extent; ndim <= 64. */
+ * shape must have no zero extent; ndim <= 64. Where the source runs along another
+ * dimension than the last (tb_transposed_dim), plane by plane in tiles; else row by
+ * row. Either way no Python object is touched: callers release the GIL. */
 static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const int64_t *shape,
                                   const int64_t *byte_strides, size_t itemsize) {
   int64_t index[64];
   if (ndim == 0) {
     memcpy(dst, src, itemsize);
     return;
+  }
+  const int k = tb_transposed_dim(ndim, shape, byte_strides, itemsize);
+  if (k >= 0) {
+    /* The output's strides, then each plane (k, last) of the other dimensions. */
+    int64_t dst_strides[64];
+    dst_strides[ndim - 1] = (int64_t)itemsize;
+    for (int d = ndim - 2; d >= 0; --d) dst_strides[d] = dst_strides[d + 1] * shape[d + 1];
+    for (int d = 0; d < ndim; ++d) index[d] = 0;
+    for (;;) {
+      int64_t from = 0, to = 0;
+      for (int d = 0; d < ndim - 1; ++d) {
+        from += index[d] * byte_strides[d];
+        to += index[d] * dst_strides[d];
+      }
+      tb_copy_plane(dst + to, src + from, shape[k], shape[ndim - 1], dst_strides[k],
+                    byte_strides[k], byte_strides[ndim - 1], itemsize);
+      int d = ndim - 2;
+      for (; d >= 0; --d) {
+        if (d == k) continue;
+        if (++index[d] < shape[d]) break;
+        index[d] = 0;
+      }
+      if (d < 0) return;
+    }
   }
   const int64_t inner = shape[ndim - 1];
   const int64_t step = byte_strides[ndim - 1];

@@ -77,3 +77,28 @@ def test_astype_and_to():
     assert t.to("cpu", copy=True) is not t
     with pytest.raises(BufferError, match="cannot move cpu memory to cuda:0"):
         t.to("cuda")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize(
+    ("shape", "order", "steps"),
+    [
+        ((70, 130), (1, 0), (1, 1)),  # a transpose, tiles cut at both edges
+        ((130, 70), (1, 0), (-1, 2)),  # reversed rows, every other column
+        ((3, 65, 33), (2, 0, 1), (1, 1, 1)),  # the source runs along the middle output dim
+        ((5, 40, 3, 37), (1, 3, 0, 2), (1, -1, 1, 2)),  # four dims, outer planes
+        ((33, 1, 65), (2, 1, 0), (1, 1, 1)),  # an extent-1 dimension between
+    ],
+)
+def test_copies_of_permuted_layouts_are_numpy_s_c_order_copies(dtype, shape, order, steps):
+    """Layouts whose memory runs along another dimension than the last are copied in
+    tiles (_memory.h): every element lands where NumPy's C-order copy puts it,
+    across tile edges, outer planes and negative steps."""
+    a = (np.arange(int(np.prod(shape))) % 253).astype(dtype).reshape(shape)
+    if dtype == "complex128":
+        a = a + 1j * a[::-1]
+    view = a.transpose(order)[tuple(slice(None, None, s) for s in steps)]
+    copied = tb.asarray(view).copy()
+    assert copied.is_contiguous() and copied.shape == view.shape
+    assert np.array_equal(np.asarray(copied), view)
+    assert not np.shares_memory(np.asarray(copied), a)
