@@ -165,6 +165,23 @@ cdef bint _default_float_errors() except -1:
             and errors["under"] == "ignore")
 
 
+cdef object _numpy_cast(Tensor t, object target):
+    """NumPy's cast of t (unsafe casting), with np.copyto called from here: no Python
+    frame of ours is then on the stack, and a warning names the caller's line, as
+    NumPy's own astype's does."""
+    out, destination, values = _numpy_ops().cast_operands(t, target)
+    if destination is None:
+        return out
+    numpy = _sys.modules["numpy"]
+    try:
+        numpy.copyto(destination, values, casting="unsafe")
+    except TypeError:
+        # ml_dtypes has no direct cast between some pairs (float8_e8m0fnu): via float32.
+        numpy.copyto(destination, numpy.asarray(values).astype(numpy.float32),
+                     casting="unsafe")
+    return out
+
+
 cdef object _cast_in_c(Tensor t, object target):
     """t cast to target in C, when both are among the integer types, float32 and
     float64, or the pair is float32 to or from float16 or bfloat16, and t is CPU

@@ -2,7 +2,8 @@
  *
  * Casts over contiguous memory, bit for bit what NumPy (and ml_dtypes for bfloat16)
  * give: float32 to and from the 16-bit floats (_half.h says how each rounds), and
- * among the integer types, float32 and float64 (tb_cast_numeric, at the end).
+ * among the integer types, float32 and float64 (tb_numeric_casts); tb_cast and
+ * tb_cast_strided, at the end, run any of them.
  *
  * float32 <-> float16 uses the CPU's conversion instructions (x86 F16C, eight values
  * at a time) when the CPU has them, asked at run time, so the package still builds
@@ -16,6 +17,8 @@
 #ifndef TENSORBRIDGE_CASTS_H_
 #define TENSORBRIDGE_CASTS_H_
 
+#include "_memory.h" /* (first: it includes Python.h) */
+
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
@@ -23,7 +26,6 @@
 #include <string.h>
 
 #include "_half.h"
-#include "_memory.h"
 
 #define TB_CAST_OVERFLOW 1 /* a finite value became infinite */
 #define TB_CAST_INVALID 2  /* a signalling NaN was cast (NumPy and ml_dtypes report it) */
@@ -329,7 +331,7 @@ TB_CLONES static int tb_cast_f64_f32(const void *src_, void *dst_, size_t n) {
     float y = (float)src[i];
     dst[i] = y;
     /* NaN or infinite, or tiny out of a nonzero value */
-    unusual |= !(fabsf(y) < (float)INFINITY) | ((fabsf(y) <= FLT_MIN) & (src[i] != 0.0));
+    unusual |= (!(fabsf(y) < (float)INFINITY)) | ((fabsf(y) <= FLT_MIN) & (src[i] != 0.0));
   }
   if (!unusual) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -398,11 +400,22 @@ static int tb_cast(int from, int to, const void *src, void *dst, size_t n, int p
 static int tb_cast_strided(int from, int to, tb_reader *r, char *dst, size_t out_item,
                            int portable) {
   enum { CHUNK = 1024 };
-  double buffer[CHUNK]; /* CHUNK elements of up to 8 bytes, aligned for any of them */
+  /* CHUNK elements of up to 8 bytes, aligned for any of them; a union of the types
+   * the casts read, so that reading it through any of them is defined C. */
+  union {
+    int8_t i8[CHUNK];
+    int16_t i16[CHUNK];
+    int32_t i32[CHUNK];
+    uint8_t u8[CHUNK];
+    uint16_t u16[CHUNK];
+    uint32_t u32[CHUNK];
+    float f32[CHUNK];
+    double f64[CHUNK];
+  } buffer;
   int flags = 0;
   size_t got;
-  while ((got = tb_read(r, (char *)buffer, CHUNK)) != 0) {
-    flags |= tb_cast(from, to, buffer, dst, got, portable);
+  while ((got = tb_read(r, (char *)&buffer, CHUNK)) != 0) {
+    flags |= tb_cast(from, to, &buffer, dst, got, portable);
     if (flags & TB_CAST_UNDECIDED) break;
     dst += got * out_item;
   }

@@ -19,7 +19,7 @@ from tensorbridge._dtypes import DTYPES, DType, as_dtype
 
 __all__ = [
     "array_protocol",
-    "cast",
+    "cast_operands",
     "copy_into",
     "format_tensor",
     "from_numpy_copy",
@@ -156,12 +156,15 @@ def copy_into(out: Tensor, values: Any) -> None:
         np.copyto(destination, np.asarray(values).astype(np.float32), casting="unsafe")
 
 
-def cast(t: Tensor, dtype: DType) -> Tensor:
-    """A new tensor of t's values cast to dtype (NumPy's unsafe casting)."""
+def cast_operands(t: Tensor, dtype: DType) -> tuple[Tensor, Any, Any]:
+    """For NumPy's cast of t to dtype (unsafe casting): the new tensor, a NumPy view of
+    it to write (None when it is empty) and t's values as a NumPy array. The compiled
+    Tensor.astype calls np.copyto itself, so that a warning of the cast names the
+    user's line, as NumPy's astype's does, and not a line of this module (which
+    Python's default filter would then show once per process)."""
     _require_host(t, f"casting to {dtype.name}")
     out = _core.empty_tensor(t.shape, dtype)
-    copy_into(out, to_numpy(t, unpack=True))
-    return out
+    return out, (to_numpy(out) if out.size else None), to_numpy(t, unpack=True)
 
 
 def _index_to_numpy(key: Any) -> Any:

@@ -416,7 +416,7 @@ cdef class Tensor:
         result = _cast_in_c(self, target)
         if result is not None:
             return result
-        return _numpy_ops().cast(self, target)
+        return _numpy_cast(self, target)
 
     def to(self, *args, dtype=None, device=None, copy=False):
         """Change dtype and/or device, like ``torch.Tensor.to``: ``t.to("float64")``,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Casts among the integer types, float32 and float64 (_casts.h's tb_cast_numeric),
+"""Casts among the integer types, float32 and float64 (_casts.h: tb_numeric_casts, tb_cast),
 and casts of strided sources: every pair of these dtypes, on edge values and random
 ones, contiguous, strided, transposed, 0-d and empty, compared with NumPy's cast
 (values, dtype, shape, warnings, exceptions under np.errstate). Which pairs run in C
@@ -122,6 +122,9 @@ def _layouts(values):
     if values.size:
         yield values[:1]
         yield values[0].reshape(())
+        yield np.broadcast_to(values[:5], (3, 5))  # a stride of 0
+    if n >= 24:
+        yield values[:24].reshape(2, 3, 2, 2).transpose(3, 1, 0, 2)  # four dims
 
 
 @pytest.mark.parametrize(("source", "target"), list(itertools.product(NUMERIC, NUMERIC)))
@@ -178,7 +181,7 @@ def test_these_pairs_are_cast_in_c(source, target, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("NumPy's cast was asked")
 
-    monkeypatch.setattr(ops, "cast", refuse)
+    monkeypatch.setattr(ops, "cast_operands", refuse)
     for layout in (t, t[::2], t[:0]):
         got = layout.astype(target)
         assert np.array_equal(np.asarray(got), np.asarray(layout).astype(target))
@@ -248,3 +251,120 @@ def test_long_strided_sources_cross_the_read_chunks():
     floats = np.linspace(-1e4, 1e4, 5000, dtype=np.float32)[::-2]
     floats[700] = 5e9  # out of int32's range, in a later chunk: NumPy decides
     _same(floats, "int32")
+
+
+@pytest.mark.parametrize("setting", ["ignore", "raise", "warn"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        2.0**-126 * (1 - 2.0**-24),  # rounds up to float32's smallest normal: underflow
+        2.0**-126 * (1 - 2.0**-26),
+        2.0**-126,
+        2.0**-150,
+        -(2.0**-150),
+        2.0**-151,
+        1e-320,
+        -0.0,
+    ],
+)
+def test_float64_to_float32_underflow_at_the_boundary(value, setting):
+    """Each value alone among clean ones, under each setting of `under` alone."""
+    values = np.array([1.0, value, 2.0], dtype=np.float64)
+    with np.errstate(under=setting):
+        ours = _outcome(lambda: tb.asarray(values).astype("float32"))
+        theirs = _outcome(lambda: values.astype(np.float32))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("setting", ["warn", "raise"])
+@pytest.mark.parametrize(("source", "target"), [("float32", "float64"), ("float64", "float32")])
+def test_infinities_and_quiet_nans_are_not_invalid(source, target, setting):
+    values = np.array([np.inf, -np.inf, np.nan, -np.nan, 1.0], dtype=source)
+    with np.errstate(all=setting, under="ignore"):  # (warn: NumPy's default)
+        ours = _outcome(lambda: tb.asarray(values).astype(target))
+        theirs = _outcome(lambda: values.astype(target))
+    assert ours == theirs
+    assert ours[1] == [] and ours[0][0] != "raises"
+
+
+@pytest.mark.parametrize("category", ["over", "under", "invalid"])
+@pytest.mark.parametrize("setting", ["call", "log", "print", "raise", "ignore"])
+def test_each_errstate_category_and_mode(category, setting, capsys):
+    values = np.array(
+        [1.0, 1e300, 1e-300, _signalling("float64"), 2.0, 3e9, np.nan], dtype=np.float64
+    )
+    seen: dict[str, list] = {"ours": [], "theirs": []}
+    for who, make in (
+        ("ours", lambda: tb.asarray(values).astype("float32")),
+        ("theirs", lambda: values.astype(np.float32)),
+    ):
+        calls = seen[who]
+
+        class Log:
+            def __init__(self, calls):
+                self.calls = calls
+
+            def write(self, message):
+                self.calls.append(("log", message))
+
+        def call(kind, flag, calls=calls):
+            calls.append(("call", kind, flag))
+
+        handler = Log(calls) if setting == "log" else call
+        old = np.seterrcall(handler)
+        try:
+            with np.errstate(**{category: setting}):
+                seen[who].append(_outcome(make))
+        finally:
+            np.seterrcall(old)
+        seen[who].append(capsys.readouterr().out)
+    assert seen["ours"] == seen["theirs"]
+
+
+def test_clean_floats_stay_in_c_under_another_errstate(monkeypatch):
+    """float32 <-> float64 ask NumPy's error handling only once a condition happened."""
+    import tensorbridge._numpy as ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy's cast was asked")
+
+    monkeypatch.setattr(ops, "cast_operands", refuse)
+    values = np.linspace(-1e6, 1e6, 1001)
+    with np.errstate(all="raise"):
+        narrow = tb.asarray(values).astype("float32")
+        wide = narrow.astype("float64")
+    assert np.array_equal(np.asarray(narrow), values.astype(np.float32))
+    assert np.array_equal(np.asarray(wide), values.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_16_bit_casts_of_strided_sources_run_in_c(name, monkeypatch):
+    import tensorbridge._numpy as ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy's cast was asked")
+
+    values = np.linspace(-100, 100, 301, dtype=np.float32)
+    t = tb.asarray(values)
+    expected = np.asarray(t.astype(name).view("uint16"))[::-3]
+    monkeypatch.setattr(ops, "cast_operands", refuse)
+    narrow = t[::-3].astype(name)
+    assert np.array_equal(np.asarray(narrow.view("uint16")), expected)
+    back = narrow.reshape(101, 1)[::2].astype("float32")  # a strided 16-bit source
+    assert back.shape == (51, 1)
+
+
+def test_warnings_name_the_callers_line():
+    """Like NumPy's astype, on both paths: in C (an overflow) and NumPy's cast (a NaN
+    into int32); so Python's default filter shows one per calling line."""
+    wide = tb.asarray(np.array([1e300]))
+    nan = tb.asarray(np.array([np.nan], dtype=np.float32))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        wide.astype("float32")
+        wide.astype("float32")
+        nan.astype("int32")
+        nan.astype("int32")
+    assert len(seen) == 4, [str(w.message) for w in seen]
+    assert {w.filename for w in seen} == {__file__}
+    assert len({w.lineno for w in seen}) == 4
