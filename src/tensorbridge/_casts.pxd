@@ -15,6 +15,7 @@ cdef extern from "_casts.h" nogil:
     int TB_CAST_UNDECIDED
     int TB_CAST_UNDERFLOW
     int TB_F64
+    int TB_F16
     int TB_F32
     int tb_cast_kind(int code, int bits) noexcept
     bint tb_casts(int from_kind, int to_kind) noexcept
