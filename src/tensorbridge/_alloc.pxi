@@ -195,7 +195,8 @@ cdef enum:
 cdef object _cast_in_c(Tensor t, object target):
     """t cast to target in C, when both are among the integer types, float32 and
     float64, or the pair is float32 to or from float16 or bfloat16, and t is CPU
-    memory with aligned elements: NumPy's values (ml_dtypes' for bfloat16) and its
+    memory with aligned elements (strided sources of the numeric pairs up to
+    _STRIDED_CAST_MAX elements): NumPy's values (ml_dtypes' for bfloat16) and its
     warnings. None otherwise, and for what C would not decide as NumPy does (a float
     out of an integer type's range, NaN or infinite), or casts between floats that
     raise a floating-point condition under an np.errstate other than NumPy's

@@ -68,8 +68,8 @@ static inline int tb_add_overflow(int64_t a, int64_t b, int64_t *out) {
  * rows (a transpose, a permute): dst[i][j] = src[i][j] for i < rows, j < cols, with
  * byte strides dst_row (dst_col = item), src_row (small: the source's memory order)
  * and src_col. Square tiles, so that the source lines a tile reads are still cached
- * when the next output row reads them again (a 2048 x 2048 float64 transpose: 16 ms
- * against 33 ms row by row, here). */
+ * when the next output row reads them again (a 2048 x 2048 float64 transpose made
+ * contiguous: 18.6 ms against 31 ms row by row, here). */
 static void tb_copy_plane(char *dst, const char *src, int64_t rows, int64_t cols,
                           int64_t dst_row, int64_t src_row, int64_t src_col, size_t item) {
   const int64_t tile = item <= 4 ? 64 : 32;
@@ -108,17 +108,19 @@ static void tb_copy_plane(char *dst, const char *src, int64_t rows, int64_t cols
 }
 
 /* The dimension (not the last) along which the source's memory runs, when it is not
- * the last's: the one of smallest absolute stride, if smaller than the last's; else
- * -1. Dimensions of extent 1 do not count. */
+ * the last's: the one of smallest nonzero absolute stride, if smaller than the last's;
+ * else -1 (also when the last has extent 1 or contiguous elements). Dimensions of
+ * extent 1 or stride 0 (broadcast) do not count. */
 static int tb_transposed_dim(int ndim, const int64_t *shape, const int64_t *byte_strides,
                              size_t itemsize) {
+  if (ndim < 2) return -1;
   const int last = ndim - 1;
   int64_t best = byte_strides[last] < 0 ? -byte_strides[last] : byte_strides[last];
   int k = -1;
-  if (ndim < 2 || shape[last] == 1 || best == (int64_t)itemsize) return -1;
+  if (shape[last] == 1 || best == (int64_t)itemsize) return -1;
   for (int d = 0; d < last; ++d) {
     int64_t s = byte_strides[d] < 0 ? -byte_strides[d] : byte_strides[d];
-    if (shape[d] > 1 && s < best) {
+    if (shape[d] > 1 && s != 0 && s < best) {
       best = s;
       k = d;
     }

@@ -88,6 +88,7 @@ def test_astype_and_to():
         ((3, 65, 33), (2, 0, 1), (1, 1, 1)),  # the source runs along the middle output dim
         ((5, 40, 3, 37), (1, 3, 0, 2), (1, -1, 1, 2)),  # four dims, outer planes
         ((33, 1, 65), (2, 1, 0), (1, 1, 1)),  # an extent-1 dimension between
+        ((40, 70, 1), (1, 0, 2), (1, 1, 1)),  # a trailing extent-1 dimension
     ],
 )
 def test_copies_of_permuted_layouts_are_numpy_s_c_order_copies(dtype, shape, order, steps):
@@ -102,3 +103,17 @@ def test_copies_of_permuted_layouts_are_numpy_s_c_order_copies(dtype, shape, ord
     assert copied.is_contiguous() and copied.shape == view.shape
     assert np.array_equal(np.asarray(copied), view)
     assert not np.shares_memory(np.asarray(copied), a)
+
+
+def test_copies_of_broadcast_and_tied_layouts():
+    """Stride-0 (broadcast) dimensions and dimensions tied on the smallest stride."""
+    x = np.arange(70 * 40, dtype=np.float64).reshape(70, 40)
+    cases = [
+        np.broadcast_to(x.T[None], (3, 40, 70)),  # a broadcast outer dimension
+        np.broadcast_to(x.T[:, :, None], (40, 70, 5)),  # a broadcast last dimension
+        np.lib.stride_tricks.as_strided(x, (35, 35, 2), (8, 8, 320)),  # a tie, overlapping
+    ]
+    for view in cases:
+        copied = tb.asarray(view).copy()
+        assert np.array_equal(np.asarray(copied), view)
+        assert copied.is_contiguous()

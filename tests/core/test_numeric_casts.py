@@ -278,3 +278,125 @@ def test_large_strided_numeric_casts_go_to_numpy(monkeypatch):
     wide = tb.asarray(np.arange(2 * 8194, dtype=np.int32))
     wide[::2].astype("float64")
     assert asked == [(8194,)]
+    floats = tb.asarray(np.linspace(-100, 100, 40000, dtype=np.float32))
+    half = floats[::2].astype("float16")  # the 16-bit casts: in C at any size
+    half[::-1].astype("float32")
+    floats[::2].astype("bfloat16")[::3].astype("float32")
+    assert asked == [(8194,)]
+
+
+@pytest.mark.parametrize("setting", ["ignore", "raise", "warn"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        2.0**-126 * (1 - 2.0**-24),  # rounds up to float32's smallest normal: underflow
+        2.0**-126 * (1 - 2.0**-26),
+        2.0**-126,
+        2.0**-150,
+        -(2.0**-150),
+        2.0**-151,
+        1e-320,
+        -0.0,
+    ],
+)
+def test_float64_to_float32_underflow_at_the_boundary(value, setting):
+    """Each value alone among clean ones, under each setting of `under` alone."""
+    values = np.array([1.0, value, 2.0], dtype=np.float64)
+    with np.errstate(under=setting):
+        ours = _outcome(lambda: tb.asarray(values).astype("float32"))
+        theirs = _outcome(lambda: values.astype(np.float32))
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("setting", ["warn", "raise"])
+@pytest.mark.parametrize(("source", "target"), [("float32", "float64"), ("float64", "float32")])
+def test_infinities_and_quiet_nans_are_not_invalid(source, target, setting):
+    values = np.array([np.inf, -np.inf, np.nan, -np.nan, 1.0], dtype=source)
+    with np.errstate(all=setting, under="ignore"):  # (warn: NumPy's default)
+        ours = _outcome(lambda: tb.asarray(values).astype(target))
+        theirs = _outcome(lambda: values.astype(target))
+    assert ours == theirs
+    assert ours[1] == [] and ours[0][0] != "raises"
+
+
+@pytest.mark.parametrize("category", ["over", "under", "invalid"])
+@pytest.mark.parametrize("setting", ["call", "log", "print", "raise", "ignore"])
+def test_each_errstate_category_and_mode(category, setting, capsys):
+    values = np.array(
+        [1.0, 1e300, 1e-300, _signalling("float64"), 2.0, 3e9, np.nan], dtype=np.float64
+    )
+    seen: dict[str, list] = {"ours": [], "theirs": []}
+    for who, make in (
+        ("ours", lambda: tb.asarray(values).astype("float32")),
+        ("theirs", lambda: values.astype(np.float32)),
+    ):
+        calls = seen[who]
+
+        class Log:
+            def __init__(self, calls):
+                self.calls = calls
+
+            def write(self, message):
+                self.calls.append(("log", message))
+
+        def call(kind, flag, calls=calls):
+            calls.append(("call", kind, flag))
+
+        handler = Log(calls) if setting == "log" else call
+        old = np.seterrcall(handler)
+        try:
+            with np.errstate(**{category: setting}):
+                seen[who].append(_outcome(make))
+        finally:
+            np.seterrcall(old)
+        seen[who].append(capsys.readouterr().out)
+    assert seen["ours"] == seen["theirs"]
+
+
+def test_clean_floats_stay_in_c_under_another_errstate(monkeypatch):
+    """float32 <-> float64 ask NumPy's error handling only once a condition happened."""
+    import tensorbridge._numpy as ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy's cast was asked")
+
+    monkeypatch.setattr(ops, "cast_operands", refuse)
+    values = np.linspace(-1e6, 1e6, 1001)
+    with np.errstate(all="raise"):
+        narrow = tb.asarray(values).astype("float32")
+        wide = narrow.astype("float64")
+    assert np.array_equal(np.asarray(narrow), values.astype(np.float32))
+    assert np.array_equal(np.asarray(wide), values.astype(np.float32).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_16_bit_casts_of_strided_sources_run_in_c(name, monkeypatch):
+    import tensorbridge._numpy as ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy's cast was asked")
+
+    values = np.linspace(-100, 100, 301, dtype=np.float32)
+    t = tb.asarray(values)
+    expected = np.asarray(t.astype(name).view("uint16"))[::-3]
+    monkeypatch.setattr(ops, "cast_operands", refuse)
+    narrow = t[::-3].astype(name)
+    assert np.array_equal(np.asarray(narrow.view("uint16")), expected)
+    back = narrow.reshape(101, 1)[::2].astype("float32")  # a strided 16-bit source
+    assert back.shape == (51, 1)
+
+
+def test_warnings_name_the_callers_line():
+    """Like NumPy's astype, on both paths: in C (an overflow) and NumPy's cast (a NaN
+    into int32); so Python's default filter shows one per calling line."""
+    wide = tb.asarray(np.array([1e300]))
+    nan = tb.asarray(np.array([np.nan], dtype=np.float32))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        wide.astype("float32")
+        wide.astype("float32")
+        nan.astype("int32")
+        nan.astype("int32")
+    assert len(seen) == 4, [str(w.message) for w in seen]
+    assert {w.filename for w in seen} == {__file__}
+    assert len({w.lineno for w in seen}) == 4
