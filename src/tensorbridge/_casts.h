@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Casts over contiguous memory, bit for bit what NumPy (and ml_dtypes for bfloat16)
- * give: float32 to and from the 16-bit floats (_half.h says how each rounds), and
- * among the integer types, float32 and float64 (tb_numeric_casts); tb_cast and
- * tb_cast_strided, at the end, run any of them.
+ * Casts, bit for bit what NumPy (and ml_dtypes for bfloat16) give: float32 to and from
+ * the 16-bit floats (_half.h says how each rounds), and among the integer types,
+ * float32 and float64 (tb_numeric_casts), over contiguous memory; tb_cast and
+ * tb_cast_strided (strided sources, read a chunk at a time), at the end, run any of
+ * them.
  *
- * float32 <-> float16 uses the CPU's conversion instructions (x86 F16C, eight values
- * at a time) when the CPU has them, asked at run time, so the package still builds
- * and runs everywhere: elsewhere, and for any block of 32 or 8 holding a NaN (F16C
- * quiets NaNs, NumPy keeps their payload as it is), the portable functions of
+ * float32 <-> float16 uses the CPU's conversion instructions (x86 F16C, 32 then eight
+ * values at a time) when the CPU has them, asked at run time, so the package still
+ * builds and runs everywhere: elsewhere, and for any block of 32 or 8 holding a NaN
+ * (F16C quiets NaNs, NumPy keeps their payload as it is), the portable functions of
  * _half.h. The bfloat16 loops are plain integer arithmetic the compiler vectorises.
  *
- * Each cast returns the floating-point conditions NumPy reports for it, as
- * TB_CAST_OVERFLOW / TB_CAST_INVALID bits: the caller warns as NumPy does.
+ * Each cast returns the TB_CAST_* bits below: the conditions NumPy reports (the caller
+ * warns as NumPy does), and whether NumPy must decide instead.
  */
 #ifndef TENSORBRIDGE_CASTS_H_
 #define TENSORBRIDGE_CASTS_H_
@@ -205,9 +206,11 @@ TB_CLONES static int tb_cast_bf16_to_f32(const uint16_t *src, float *dst, size_t
  * integers wrap into narrower integers, integers round to the nearest float (ties
  * to even), float64 rounds to float32, float32 truncates to int32. What NumPy
  * reports is found from the values, not the CPU's status flags: a finite float64
- * that becomes a float32 infinity overflowed; a signalling NaN cast between float32
- * and float64 is invalid (the CPU quiets it, as NumPy's cast does); a float32 out of
- * int32's range, NaN or infinite, leaves the cast to NumPy (TB_CAST_UNDECIDED).
+ * that becomes a float32 infinity overflowed; a nonzero one that becomes float32's
+ * smallest normal or less may have underflowed (TB_CAST_UNDERFLOW); a signalling NaN
+ * cast between float32 and float64 is invalid (the CPU quiets it, as NumPy's cast
+ * does); a float32 out of int32's range, NaN or infinite, leaves the cast to NumPy
+ * (TB_CAST_UNDECIDED).
  *
  * Only the pairs whose loops the compiler vectorises for x86-64 as fast as NumPy's
  * own SIMD loops (measured: docs/design.md) are here: integers of up to 32 bits
