@@ -64,6 +64,35 @@ static inline int tb_add_overflow(int64_t a, int64_t b, int64_t *out) {
   return __builtin_add_overflow(a, b, out);
 }
 
+/* n elements of `item` bytes, `step` bytes apart from p, into q one after another;
+ * returns q past the last. The common item sizes are fixed-size copies the compiler
+ * turns into one load and one store. */
+static inline char *tb_gather(char *q, const char *p, int64_t n, int64_t step, size_t item) {
+  switch (item) {
+#define TB_GATHER_CASE(N)                 \
+  case N:                                 \
+    for (int64_t i = 0; i < n; ++i) {     \
+      memcpy(q, p, N);                    \
+      q += N;                             \
+      p += step;                          \
+    }                                     \
+    return q;
+    TB_GATHER_CASE(1)
+    TB_GATHER_CASE(2)
+    TB_GATHER_CASE(4)
+    TB_GATHER_CASE(8)
+    TB_GATHER_CASE(16)
+#undef TB_GATHER_CASE
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        memcpy(q, p, item);
+        q += item;
+        p += step;
+      }
+      return q;
+  }
+}
+
 /* One plane of a copy whose source runs along another dimension than the output's
  * rows (a transpose, a permute): dst[i][j] = src[i][j] for i < rows, j < cols, with
  * byte strides dst_row (dst_col = item), src_row (small: the source's memory order)
@@ -78,30 +107,8 @@ static void tb_copy_plane(char *dst, const char *src, int64_t rows, int64_t cols
     for (int64_t j0 = 0; j0 < cols; j0 += tile) {
       const int64_t j1 = j0 + tile < cols ? j0 + tile : cols;
       for (int64_t i = i0; i < i1; ++i) {
-        const char *p = src + i * src_row + j0 * src_col;
-        char *q = dst + i * dst_row + j0 * (int64_t)item;
-        switch (item) {
-#define TB_PLANE_CASE(N)                        \
-  case N:                                       \
-    for (int64_t j = j0; j < j1; ++j) {         \
-      memcpy(q, p, N);                          \
-      q += N;                                   \
-      p += src_col;                             \
-    }                                           \
-    break;
-          TB_PLANE_CASE(1)
-          TB_PLANE_CASE(2)
-          TB_PLANE_CASE(4)
-          TB_PLANE_CASE(8)
-          TB_PLANE_CASE(16)
-#undef TB_PLANE_CASE
-          default:
-            for (int64_t j = j0; j < j1; ++j) {
-              memcpy(q, p, item);
-              q += item;
-              p += src_col;
-            }
-        }
+        tb_gather(dst + i * dst_row + j0 * (int64_t)item, src + i * src_row + j0 * src_col,
+                  j1 - j0, src_col, item);
       }
     }
   }
@@ -171,29 +178,7 @@ static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const in
       memcpy(dst, src, (size_t)inner * itemsize);
       dst += (size_t)inner * itemsize;
     } else {
-      const char *p = src;
-      switch (itemsize) {
-#define TB_COPY_CASE(N)                        \
-  case N:                                      \
-    for (int64_t i = 0; i < inner; ++i) {      \
-      memcpy(dst, p, N);                       \
-      dst += N;                                \
-      p += step;                               \
-    }                                          \
-    break;
-        TB_COPY_CASE(1)
-        TB_COPY_CASE(2)
-        TB_COPY_CASE(4)
-        TB_COPY_CASE(8)
-        TB_COPY_CASE(16)
-#undef TB_COPY_CASE
-        default:
-          for (int64_t i = 0; i < inner; ++i) {
-            memcpy(dst, p, itemsize);
-            dst += itemsize;
-            p += step;
-          }
-      }
+      dst = tb_gather(dst, src, inner, step, itemsize);
     }
     int d = ndim - 2;
     for (; d >= 0; --d) {
@@ -239,29 +224,7 @@ static size_t tb_read(tb_reader *r, char *out, size_t max) {
   while (got < max && r->row != NULL) {
     int64_t left = r->shape[last] - r->inner;
     size_t take = (size_t)left < max - got ? (size_t)left : max - got;
-    const char *p = r->row + r->inner * step;
-    char *q = out + got * item;
-    switch (item) {
-#define TB_READ_CASE(N)                   \
-  case N:                                 \
-    for (size_t i = 0; i < take; ++i) {   \
-      memcpy(q, p, N);                    \
-      q += N;                             \
-      p += step;                          \
-    }                                     \
-    break;
-      TB_READ_CASE(1)
-      TB_READ_CASE(2)
-      TB_READ_CASE(4)
-      TB_READ_CASE(8)
-#undef TB_READ_CASE
-      default:
-        for (size_t i = 0; i < take; ++i) {
-          memcpy(q, p, item);
-          q += item;
-          p += step;
-        }
-    }
+    tb_gather(out + got * item, r->row + r->inner * step, (int64_t)take, step, item);
     got += take;
     r->inner += (int64_t)take;
     if (r->inner == r->shape[last]) {
