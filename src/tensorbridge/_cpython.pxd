@@ -35,6 +35,7 @@ cdef extern from "Python.h":
     ctypedef struct PyMethodDef:
         PyCFunction ml_meth
         int ml_flags
+        const char* ml_doc
     ctypedef struct PyMethodDescrObject:
         PyMethodDef* d_method
     PyTypeObject PyMethodDescr_Type

@@ -8,6 +8,15 @@ from types import ModuleType as _ModuleType
 
 from tensorbridge._dtypes import DType as _DType
 
+cdef extern from "_door.h":
+    ctypedef PyObject* (*tb_convert2_fn)(PyObject* obj, PyObject* to)
+    ctypedef int (*tb_name_error_fn)(PyObject* exc)
+    tb_convert2_fn tb_door_convert2
+    tb_name_error_fn tb_door_name_error
+    PyObject* tb_door_options
+    PyMethodDef tb_door_def
+    object PyCFunction_NewEx(PyMethodDef* ml, PyObject* self, object module)
+
 
 # --------------------------------------------------------------------------
 # The Python fallbacks, registered by tensorbridge/__init__.py
@@ -129,12 +138,18 @@ def convert(obj, /, to, *, dtype=None, device=None, copy=None, requires_grad=Non
 
 
 cdef object _convert(obj, to, dtype, device, copy, requires_grad, readonly):
-    global _convert_general
+    if dtype is None and device is None and copy is None and requires_grad is None and (
+            readonly == "share"):
+        return _convert2(obj, to)
+    return _plan(obj, to, dtype, device, copy, requires_grad, readonly, None)
+
+
+cdef object _convert2(obj, to):
+    """convert(obj, to) with every option at its default: the call a loop makes,
+    which the C door (_door.h) brings here without parsing the options."""
     cdef FastTarget target
     cdef int mode
-    read = None
-    if dtype is None and device is None and copy is None and requires_grad is None and (
-            readonly == "share") and (type(to) is str or type(to) is _ModuleType):
+    if type(to) is str or type(to) is _ModuleType:
         # The route the planner cached for type(obj) and this target (_routes.pxi).
         target = _fast_target_of(to)
         if target is not None:
@@ -142,9 +157,17 @@ cdef object _convert(obj, to, dtype, device, copy, requires_grad, readonly):
             if mode > 0:
                 result = target.run(mode, obj)
                 if type(result) is _Read:
-                    read = (<_Read>result).tensor
-                elif result is not None:
+                    return _plan(obj, to, None, None, None, None, "share",
+                                 (<_Read>result).tensor)
+                if result is not None:
                     return result
+    return _plan(obj, to, None, None, None, None, "share", None)
+
+
+cdef object _plan(obj, to, dtype, device, copy, requires_grad, readonly, Tensor read):
+    """The planner (tensorbridge._convert.convert_general), given the Tensor a route
+    already read from the producer, if any (a producer is asked once)."""
+    global _convert_general
     if _convert_general is None:
         _convert_general = _fallback("load_convert")()
     if read is not None:
@@ -152,6 +175,27 @@ cdef object _convert(obj, to, dtype, device, copy, requires_grad, readonly):
                                 requires_grad=requires_grad, readonly=readonly, _read=read)
     return _convert_general(obj, to, dtype=dtype, device=device, copy=copy,
                             requires_grad=requires_grad, readonly=readonly)
+
+
+cdef int _name_convert_error(PyObject* exc) except -1:
+    _said_by(<object>exc, "convert()")
+    return 0
+
+
+# The public convert is the C door (_door.h): it runs convert(obj, to) through
+# _convert2 and passes any other call to the function above, which keeps the
+# Python signature's parsing and messages. Its docstring is that function's, after
+# a text signature (inspect.signature, help(), Sphinx read it).
+cdef object _convert_with_options = convert
+cdef bytes _door_doc = (
+    "convert(obj, /, to, *, dtype=None, device=None, copy=None, "
+    "requires_grad=None, readonly='share')\n--\n\n"
+    + convert.__doc__.partition("\n")[2].lstrip("\n")).encode()
+tb_door_convert2 = <tb_convert2_fn>_convert2
+tb_door_name_error = <tb_name_error_fn>_name_convert_error
+tb_door_options = <PyObject*>_convert_with_options
+tb_door_def.ml_doc = _door_doc
+convert = PyCFunction_NewEx(&tb_door_def, NULL, __name__)
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):

@@ -120,3 +120,100 @@ def test_convert_with_options_is_planned():
     assert tb.convert(a, torch).data_ptr() == a.ctypes.data  # a module as target
     w = tb.convert(a, "torch", requires_grad=True)
     assert w.requires_grad and w.is_leaf
+
+
+# -- convert's C door (_door.h) ------------------------------------------------
+
+
+def test_convert_door_keeps_the_python_signature_and_identity():
+    import inspect
+    import pickle
+
+    params = inspect.signature(tb.convert).parameters
+    assert list(params) == ["obj", "to", "dtype", "device", "copy", "requires_grad", "readonly"]
+    assert params["obj"].kind is inspect.Parameter.POSITIONAL_ONLY
+    assert params["to"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert params["readonly"].default == "share" and params["copy"].default is None
+    assert tb.convert.__doc__.startswith("Convert ``obj`` into framework ``to``")
+    assert tb.convert.__name__ == "convert" and tb.convert.__module__ == "tensorbridge"
+    assert pickle.loads(pickle.dumps(tb.convert)) is tb.convert
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: tb.convert(np.arange(2.0)), "convert() takes exactly 2 positional"),
+        (lambda: tb.convert(np.arange(2.0), "numpy", None), "convert() takes exactly 2"),
+        (lambda: tb.convert(np.arange(2.0), "numpy", dtyp=1), "unexpected keyword"),
+        (lambda: tb.convert(obj=np.arange(2.0), to="numpy"), "convert() takes exactly 2"),
+    ],
+)
+def test_convert_door_passes_other_calls_to_the_python_signature(call, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
+        call()
+
+
+def test_convert_door_runs_keyword_and_two_argument_calls_alike():
+    a = np.arange(4.0)
+    for _ in range(3):  # the first call plans; later ones run the cached route
+        assert tb.convert(a, "numpy") is a and tb.convert(a, to="numpy") is a
+        assert tb.convert(a, "numpy", readonly="share") is a
+        assert tb.convert(a, "tensorbridge").data_ptr() == a.ctypes.data
+
+
+class _Raises:
+    """A producer whose __dlpack__ raises what it is given."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise self.exc
+
+
+def test_convert_door_names_errors_as_the_python_signature_does():
+    with pytest.raises(ValueError, match=r"^convert\(\): unknown target framework 'nope'"):
+        tb.convert(np.arange(2.0), "nope")
+    with pytest.raises(RuntimeError, match=r"^convert\(\): .*broken producer") as info:
+        tb.convert(_Raises(RuntimeError("broken producer")), "numpy")
+    assert info.value.__traceback__ is not None
+    # Not an Exception: passed as it is (the Python signature's except clause alike).
+    stop = KeyboardInterrupt("stop")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        tb.convert(_Raises(stop), "numpy")
+    assert caught.value is stop and str(stop) == "stop"
+
+
+class _Unnamable(Exception):
+    """An exception that refuses to be named convert()'s (its args setter raises)."""
+
+    @property
+    def args(self):
+        return self.__dict__.get("_args", ("x",))
+
+    @args.setter
+    def args(self, value):
+        if value and str(value[0]).startswith("convert(): "):
+            raise LookupError("cannot be renamed")
+        self.__dict__["_args"] = value
+
+
+class _ArrayRaises:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __array__(self, *args, **kwargs):
+        raise self.exc
+
+
+@pytest.mark.parametrize("options", [{}, {"copy": True}], ids=["door", "signature"])
+def test_convert_door_gives_a_naming_failure_the_original_as_context(options):
+    # Both doors: the naming error propagates, the original as its context.
+    original = _Unnamable()
+    with pytest.raises(LookupError, match=r"^cannot be renamed$") as info:
+        tb.convert(_ArrayRaises(original), "numpy", **options)
+    assert info.value.__context__ is original
+    assert info.value.__traceback__ is not None
