@@ -3,12 +3,13 @@
 # decided once by the planner and then run here, in C, from a cache.
 
 cimport cython
-from cpython.ref cimport PyObject, PyTypeObject, Py_TYPE
-from libc.stdint cimport int64_t, uintptr_t
-from libc.string cimport memset
+from cpython.ref cimport PyObject, PyTypeObject, Py_REFCNT, Py_TYPE
+from libc.stdint cimport int64_t, uint64_t, uintptr_t, UINTPTR_MAX
+from libc.string cimport memset, strcmp
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 from tensorbridge._host cimport *
+from tensorbridge._memory cimport tb_add_overflow, tb_mul_overflow
 
 cdef extern from "Python.h":
     PyObject* PyImport_GetModuleDict()      # borrowed
@@ -220,6 +221,8 @@ cdef class _Carrier:
         if not PyCapsule_CheckExact(capsule):
             capsule = None
             self._refuse("the source's __dlpack__ did not return a capsule")
+        if self.target.plainly_takes(capsule):
+            return capsule      # the common case, checked without making a Tensor
         # A capsule is dropped before an error propagates, so a destructor written in
         # Python (pydlpack's, ctypes') runs with no exception pending.
         try:
@@ -270,6 +273,7 @@ cdef class FastTarget:
     cdef object importer    # the target's own from_dlpack, for handoffs (or None)
     cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
     cdef object guard64
+    cdef _Carrier spare     # a used carrier no one kept, for the next carried call
     cdef _RouteSlot routes[ROUTE_SLOTS]
 
     def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
@@ -349,6 +353,18 @@ cdef class FastTarget:
         1, the target takes it as it is; 2, a copy in C first."""
         return self.takes(t)
 
+    def capsule_verdicts(self, capsule):
+        """(plainly_takes, the full verdict) for an unconsumed capsule, which stays
+        unconsumed (tests): the full verdict is takes() of what _read_capsule reads,
+        or None when it refuses the capsule."""
+        cdef int kind
+        plain = self.plainly_takes(capsule)
+        try:
+            t = _read_capsule(capsule, &kind)
+        except (BufferError, TypeError):
+            return plain, None
+        return plain, self.takes(t)
+
     def asks_device_first(self, obj):
         """True when type(obj) has exported device memory: its __dlpack__ route leaves
         it to the planner (explain)."""
@@ -413,7 +429,12 @@ cdef class FastTarget:
         cdef int type_flags = _type_slot(obj).flags    # (the slot may be reused below)
         if type_flags & TI_STREAM:
             return None     # device memory: the planner asks, on the consumer's stream
-        carrier = _Carrier(self, obj)
+        if self.spare is not None:
+            carrier = self.spare
+            self.spare = None
+            carrier.source = obj
+        else:
+            carrier = _Carrier(self, obj)
         args[0] = <PyObject*>carrier
         result = None
         try:
@@ -428,6 +449,11 @@ cdef class FastTarget:
         if carrier.fatal is not None:
             raise carrier.fatal
         if not carrier.refused:
+            if Py_REFCNT(carrier) == 1 and carrier.capsule is None:
+                # Nobody kept it (the importer, a capsule's deleter): the next call's.
+                carrier.source = None
+                carrier.used = False
+                self.spare = carrier
             return result
         result = None       # (an importer that answered anyway is not believed)
         self._uncarry(obj)
@@ -620,6 +646,80 @@ cdef class FastTarget:
         if self.alignment and size and (<uintptr_t>t._ptr()) % self.alignment:
             return TAKES_COPY
         return TAKES_YES
+
+    cdef bint plainly_takes(self, object capsule) noexcept:
+        """True when the (unconsumed) capsule holds a tensor that from_dlpack reads
+        without complaint and that the target takes as it is (TAKES_YES): the common
+        case of a carried route, checked on the struct without making a Tensor. False
+        when anything is out of the ordinary (another major version, sub-byte or
+        64-bit types under guard64, empty tensors, a layout other than C order for
+        targets with layout rules, misaligned data): the capsule is then read in
+        full (_read_capsule, then takes), which refuses or copies, and says why."""
+        cdef const char* name = PyCapsule_GetName(capsule)
+        cdef DLManagedTensorVersioned* versioned
+        cdef DLManagedTensor* legacy
+        cdef DLTensor* dl
+        cdef DLDataType dt
+        cdef int i
+        cdef int64_t item, extent, stride, count = 1, span = 0, step
+        cdef bint c_order = True
+        if name == NULL:
+            PyErr_Clear()
+            return False
+        if strcmp(name, TB_CAPSULE_VERSIONED) == 0:
+            versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(
+                capsule, TB_CAPSULE_VERSIONED)
+            if versioned == NULL or versioned.version.major != TB_DLPACK_MAJOR:
+                PyErr_Clear()
+                return False
+            dl = &versioned.dl_tensor
+        elif strcmp(name, TB_CAPSULE_LEGACY) == 0:
+            legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, TB_CAPSULE_LEGACY)
+            if legacy == NULL:
+                PyErr_Clear()
+                return False
+            dl = &legacy.dl_tensor
+        else:
+            return False
+        dt = dl.dtype
+        if (dl.ndim < 0 or dl.ndim > TB_MAX_NDIM or dt.lanes != 1 or dt.code >= 18
+                or dt.bits < 8 or dt.bits > 128 or not self.accept[dt.code][dt.bits]):
+            return False
+        if dl.device.device_type != kDLCPU or dl.device.device_id < 0:
+            return False
+        if self.guard64 is not None and (dt.bits == 128 or (
+                dt.bits == 64 and dt.code != kDLComplex)):
+            return False    # (asks Python: the full read)
+        if dl.byte_offset != 0 and (not self.offset_ok or dl.byte_offset > <uint64_t>BYTE_LIMIT):
+            return False
+        if dl.ndim > 0 and dl.shape == NULL:
+            return False
+        # _check_layout's bounds and _c_contiguous, in one pass from the last dimension.
+        item = _itemsize(dt)
+        for i in range(dl.ndim - 1, -1, -1):
+            extent = dl.shape[i]
+            if extent <= 0:
+                return False    # empty (or invalid): the full read
+            if dl.strides != NULL:
+                stride = dl.strides[i]
+                if stride > BYTE_LIMIT // item or stride < -(BYTE_LIMIT // item):
+                    return False
+                if extent > 1:
+                    if stride != count:
+                        c_order = False
+                    if (tb_mul_overflow(stride if stride >= 0 else -stride,
+                                        (extent - 1) * item, &step)
+                            or tb_add_overflow(span, step, &span) or span > BYTE_LIMIT):
+                        return False
+            if tb_mul_overflow(count, extent, &count) or count > BYTE_LIMIT // item:
+                return False
+        if not c_order and not self.any_layout:
+            return False
+        if dl.data == NULL or <uintptr_t>dl.data > UINTPTR_MAX - <uintptr_t>dl.byte_offset:
+            return False
+        if self.alignment and (<uintptr_t>dl.data + <uintptr_t>dl.byte_offset) % self.alignment:
+            return False
+        return True
 
 
 # target (a name or module) -> FastTarget, set by the planner (set_fast_target) once

@@ -621,3 +621,184 @@ def test_carried_routes_into_mlx_check_what_mx_from_dlpack_narrows(no_planner):
     no_planner("mlx")
     z = tvm_ffi.from_dlpack(np.arange(3, dtype=np.float32))
     assert tb.convert(z, "mlx").tolist() == [0.0, 1.0, 2.0]  # read here, made by mlx
+
+
+# -- carried routes: the capsule checked on its struct (FastTarget.plainly_takes) ------
+
+
+def _capsule_targets():
+    return {
+        "float32, C order only": _carried_target()[0],
+        "any layout, 64-byte aligned, no offsets": _carried_target(
+            dtypes=[tb.float32, tb.float64, tb.int8, tb.complex64],
+            negative_strides=True,
+            noncompact=True,
+            permuted=True,
+            offset_ok=False,
+            alignment=64,
+        )[0],
+        "64-bit types guarded": _carried_target(
+            dtypes=[tb.float32, tb.float64, tb.int64], guard64=lambda: True
+        )[0],
+        "sub-byte types too": _carried_target(
+            dtypes=[tb.float32, tb.float4_e2m1fn, tb.float6_e2m3fn]
+        )[0],
+    }
+
+
+def _random_capsule(rng):
+    from tensorbridge import _testing
+
+    shape = rng.choice(
+        [(), (1,), (4,), (2, 3), (3, 1, 2), (0,), (2, 0), (-1,), (2**31, 2**31, 4), (2**31, 2**31)]
+    )
+    n = len(shape)
+    c = []
+    step = 1
+    for extent in reversed(shape):
+        c.insert(0, step)
+        step *= max(extent, 1)
+    strides = rng.choice(
+        [
+            None,
+            tuple(c),
+            tuple(reversed(c)),  # Fortran-like for 2-d
+            tuple(-s for s in c),
+            tuple(0 for _ in c),
+            tuple(2 * s for s in c),
+            # a huge and an odd stride of an extent-1 dimension (never used)
+            tuple(2**61 if e == 1 else s for s, e in zip(c, shape, strict=True)),
+            tuple(s if e != 1 else 7 for s, e in zip(c, shape, strict=True)),
+            tuple(2**62 for _ in c),
+            tuple(2**59 for _ in c),  # each stride within bounds, their span not
+        ]
+    )
+    fields = dict(
+        data=rng.choice([0x10000, 0x10004, 0, 2**64 - 8]),
+        shape=shape,
+        strides=strides,
+        dtype=rng.choice(
+            [(2, 32, 1)] * 6
+            + [(17, 4, 1), (15, 6, 1)]
+            + [
+                (2, 64, 1),
+                (0, 8, 1),
+                (0, 64, 1),
+                (5, 64, 1),
+                (2, 32, 2),
+                (17, 4, 1),
+                (3, 64, 1),
+                (99, 32, 1),
+                (2, 0, 1),
+                (2, 16, 1),
+                (1, 8, 1),
+                (6, 8, 1),
+            ]
+        ),
+        device=rng.choice([(1, 0)] * 6 + [(1, -1), (2, 0), (3, 0), (99, 0)]),
+        byte_offset=rng.choice([0, 0, 0, 4, 64, 2**62 + 1, 2**63]),
+        versioned=rng.random() < 0.8,
+        version=rng.choice([(1, 3)] * 5 + [(1, 0), (1, 9)]),
+        flags=rng.choice([0, 0, 1, 2, 4, 1 << 40]),
+        ndim=rng.choice([None] * 8 + [65, -1]),
+        null_shape=rng.random() < 0.05,
+    )
+    if rng.random() < 0.5:
+        # An ordinary capsule with one field from the draw (each boundary alone).
+        key = rng.choice(sorted(fields))
+        drawn = fields[key]
+        fields = dict(data=0x10000, shape=(2, 3), strides=(3, 1), dtype=(2, 32, 1))
+        fields[key] = drawn
+        n = len(fields["shape"])
+    if fields.get("ndim") is not None and fields["ndim"] > n:
+        fields["ndim"] = None  # the shape array holds only len(shape) entries
+    if fields.get("strides") is not None and len(fields["strides"]) != n:
+        fields["strides"] = None
+    capsule, _ = _testing.make_capsule(**fields)
+    return capsule, fields
+
+
+def test_a_capsule_plainly_taken_is_one_the_full_read_takes_as_it_is():
+    import random
+
+    rng = random.Random(20261126)
+    targets = _capsule_targets()
+    plain = dict.fromkeys(targets, 0)
+    for _ in range(4000):
+        capsule, fields = _random_capsule(rng)
+        for name, target in targets.items():
+            plainly, verdict = target.capsule_verdicts(capsule)
+            if plainly:
+                plain[name] += 1
+                assert verdict == 1, (name, fields, verdict)
+    # Not a check that says no to everything: the ordinary capsules pass it.
+    assert all(count > 400 for count in plain.values()), plain
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        (dict(shape=(4,), strides=(1,)), "float32, C order only"),
+        (dict(shape=(2, 3), strides=None, versioned=False), "float32, C order only"),
+        (dict(shape=(3, 1, 2), strides=(2, 99, 1)), "float32, C order only"),  # extent-1 stride
+        (dict(shape=(), strides=None), "float32, C order only"),
+        (dict(shape=(4,), strides=(1,), byte_offset=4), "float32, C order only"),
+        (
+            dict(shape=(2, 3), strides=(1, -2), dtype=(2, 64, 1)),
+            "any layout, 64-byte aligned, no offsets",
+        ),
+        (dict(shape=(4,), strides=(1,), dtype=(2, 32, 1)), "64-bit types guarded"),
+    ],
+)
+def test_ordinary_capsules_are_plainly_taken(fields, name):
+    from tensorbridge import _testing
+
+    capsule, _ = _testing.make_capsule(**{"data": 0x10000, **fields})
+    assert _capsule_targets()[name].capsule_verdicts(capsule) == (True, 1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        (dict(shape=(4,), strides=(-1,)), "float32, C order only"),  # the layout rules
+        (dict(shape=(4,), strides=(1,), dtype=(2, 64, 1)), "64-bit types guarded"),  # asks Python
+        (dict(shape=(4,), strides=(1,), byte_offset=64), "any layout, 64-byte aligned, no offsets"),
+        (dict(shape=(0,), strides=(1,)), "float32, C order only"),  # empty: the full read
+        (dict(shape=(4,), strides=(1,), byte_offset=4), "any layout, 64-byte aligned, no offsets"),
+        (dict(shape=(4,), strides=(1,), version=(2, 0)), "float32, C order only"),
+    ],
+)
+def test_capsules_out_of_the_ordinary_are_read_in_full(fields, name):
+    from tensorbridge import _testing
+
+    capsule, _ = _testing.make_capsule(**{"data": 0x10000, **fields})
+    target = _capsule_targets()[name]
+    assert target.capsule_verdicts(capsule)[0] is False
+
+
+def test_a_carrier_the_importer_keeps_is_not_used_again():
+    kept = []
+    target, _ = _carried_target()
+
+    def keeping(obj):  # keeps every carrier it is given
+        kept.append(obj)
+        return tb.from_dlpack(obj.__dlpack__(max_version=(1, 3)))
+
+    def forgetting(obj):
+        return tb.from_dlpack(obj.__dlpack__(max_version=(1, 3)))
+
+    arrays = [np.full(3, float(i), dtype=np.float32) for i in range(4)]
+    producers = [_recording(a) for a in arrays]
+    for importer in (forgetting, keeping, forgetting, keeping):
+        target, _ = _carried_target(carrier_importer=importer)
+        for p, a in zip(producers, arrays, strict=True):
+            target.remember(type(p), R["PROTOCOL"] | R["CARRY"])
+            out = _core._fast_convert(target, p)
+            assert out.tolist() == a.tolist() and out.data_ptr() == a.ctypes.data
+    assert len({id(c) for c in kept}) == len(kept) == 8
+    # A kept carrier still stands for its own source (asked once, so now refused).
+    for c in kept:
+        assert c.__dlpack_device__() == (1, 0)  # (a carrier reset for reuse has no source)
+        with pytest.raises(BufferError, match="asked once"):
+            c.__dlpack__()
+    assert all(len(p.calls) == 4 for p in producers)
