@@ -583,6 +583,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         and source.trusted_export
         and not source.bit_views
         and target.readonly != "flag"
+        and not (source.legacy_export and target.versioned_only)
         and target.carry_importer() is not None
     ):
         carried = read | _ROUTE["CARRY"]

@@ -235,7 +235,7 @@ cdef class _Carrier:
             capsule = None
             _mark_stream_type(self.source)
             self._refuse("the source is not in host memory")
-        if self.target.takes(t) != TAKES_YES:
+        if self.target.takes(t) != TAKES_YES or not self.target.carries_ndim(t._ndim):
             if kind == OWN_LEGACY and t._dtype.bits < 8:
                 # A legacy capsule cannot say whether sub-byte data is padded: not
                 # read here, the planner asks for a versioned one.
@@ -647,6 +647,11 @@ cdef class FastTarget:
             return TAKES_COPY
         return TAKES_YES
 
+    cdef inline bint carries_ndim(self, int ndim) noexcept:
+        """Whether the carrier's importer takes tensors of ndim dimensions: with a
+        maker pair (PyArrow), the importer of objects is the 1-d maker."""
+        return self.make_kind != MAKE_BY_NDIM or ndim == 1
+
     cdef bint plainly_takes(self, object capsule) noexcept:
         """True when the (unconsumed) capsule holds a tensor that from_dlpack reads
         without complaint and that the target takes as it is (TAKES_YES): the common
@@ -682,6 +687,8 @@ cdef class FastTarget:
         else:
             return False
         dt = dl.dtype
+        if not self.carries_ndim(dl.ndim):
+            return False
         if (dl.ndim < 0 or dl.ndim > TB_MAX_NDIM or dt.lanes != 1 or dt.code >= 18
                 or dt.bits < 8 or dt.bits > 128 or not self.accept[dt.code][dt.bits]):
             return False

@@ -802,3 +802,53 @@ def test_a_carrier_the_importer_keeps_is_not_used_again():
         with pytest.raises(BufferError, match="asked once"):
             c.__dlpack__()
     assert all(len(p.calls) == 4 for p in producers)
+
+
+def test_a_carrier_for_a_maker_pair_passes_on_1_d_capsules_only():
+    # PyArrow: the importer of objects is Array.from_dlpack, the 1-d maker.
+    seen = []
+
+    def importer(obj):
+        seen.append("asked")
+        return ("imported", tb.from_dlpack(obj.__dlpack__(max_version=(1, 3))))
+
+    target, _ = _carried_target(
+        maker=(lambda t: ("1-d", t), lambda t: ("n-d", t)), carrier_importer=importer
+    )
+    one = _recording(np.arange(4, dtype=np.float32))
+    target.remember(type(one), R["PROTOCOL"] | R["CARRY"])
+    kind, t = _core._fast_convert(target, one)
+    assert target.route_of(one) == R["PROTOCOL"] | R["CARRY"]  # (before t.tolist imports)
+    assert kind == "imported" and t.tolist() == [0.0, 1.0, 2.0, 3.0]
+    two = _recording(np.arange(6, dtype=np.float32).reshape(2, 3))
+    target.remember(type(two), R["PROTOCOL"] | R["CARRY"])
+    kind, t = _core._fast_convert(target, two)
+    # refused by the carrier (the importer raised), read here, made by the n-d maker
+    assert kind == "n-d" and t.shape == (2, 3) and len(two.calls) == 1 and seen == ["asked"] * 2
+    assert target.route_of(two) == R["PROTOCOL"]  # read here from now on
+
+
+@needs("tvm_ffi", "pyarrow")
+def test_tvm_ffi_arrays_are_carried_to_pyarrow(no_planner):
+    import pyarrow as pa
+    import tvm_ffi
+
+    a = np.arange(5, dtype=np.float32)
+    x = tvm_ffi.from_dlpack(a)
+    tb.convert(x, "pyarrow")
+    no_planner("pyarrow")
+    assert fast("pyarrow").route_of(x) == R["PROTOCOL"] | R["CARRY"]
+    out = tb.convert(x, "pyarrow")
+    assert type(out) is pa.FloatArray and out.to_pylist() == a.tolist()
+    assert out.buffers()[1].address == a.ctypes.data
+
+
+@needs("mlx", "pyarrow")
+def test_legacy_exporters_are_not_carried_to_pyarrow():
+    import mlx.core as mx
+
+    x = mx.arange(4.0)
+    tb.convert(x, "pyarrow")
+    mode = fast("pyarrow").route_of(x)
+    assert mode == R["PROTOCOL"]  # read here: pyarrow refuses legacy capsules
+    assert tb.convert(x, "pyarrow").to_pylist() == [0.0, 1.0, 2.0, 3.0]

@@ -124,6 +124,9 @@ class Framework:
     #: True when its importer reads only legacy capsules (so a read-only Tensor is
     #: handed over as a writable-flagged view, which such a capsule cannot mark).
     legacy_only: ClassVar[bool] = False
+    #: True when its importer reads only versioned capsules (PyArrow raises on a
+    #: legacy one): sources that export legacy capsules are not carried to it.
+    versioned_only: ClassVar[bool] = False
 
     # -- routes (docs/design.md, "Routes") ---------------------------------------
 

@@ -43,6 +43,7 @@ class PyarrowFramework(Framework):
     # Booleans are bit-packed in Arrow: the planner converts them.
     fast_dtypes = dtypes - {"bool"}
     fast_contiguous_only = True
+    versioned_only = True
     own_types = ("pyarrow.Array", "pyarrow.Tensor")
     path = "pyarrow.Array.from_dlpack (1-d) or pyarrow.Tensor.from_dlpack (other shapes)"
     quirks = (
@@ -117,6 +118,12 @@ class PyarrowFramework(Framework):
 
     @classmethod
     def importer(cls) -> Any:
+        return cls.module().Array.from_dlpack
+
+    @classmethod
+    def carry_importer(cls) -> Any:
+        # 1-d capsules only: carriers refuse the others, which the route then reads
+        # and makes with Tensor.from_dlpack (the maker pair).
         return cls.module().Array.from_dlpack
 
     @classmethod
