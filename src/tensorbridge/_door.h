@@ -24,9 +24,10 @@ static tb_convert2_fn tb_door_convert2 = NULL;
 static tb_name_error_fn tb_door_name_error = NULL;
 static PyObject *tb_door_options = NULL; /* a strong reference, set once by _core */
 
-/* The pending exception, named convert()'s when it is an Exception. When naming
- * fails, that failure propagates with the original as its __context__, as an
- * error raised in an except block does. */
+/* The pending exception, named convert()'s when it is an Exception. It is the
+ * handled exception while it is named, as in an except block: an error raised by
+ * the naming propagates instead, chained to it by Python (its __context__, with
+ * Python's own cycle check); the caller's handled exception is restored after. */
 static void tb_door_name_pending(void) {
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
@@ -38,23 +39,22 @@ static void tb_door_name_pending(void) {
   if (traceback != NULL) {
     PyException_SetTraceback(value, traceback);
   }
-  if (PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception) &&
-      tb_door_name_error(value) < 0) {
-    PyObject *type2, *value2, *traceback2;
-    PyErr_Fetch(&type2, &value2, &traceback2);
-    PyErr_NormalizeException(&type2, &value2, &traceback2);
-    if (value2 != NULL) {
-      if (traceback2 != NULL) {
-        PyException_SetTraceback(value2, traceback2);
-      }
-      PyException_SetContext(value2, value); /* steals value */
-    } else {
+  if (PyObject_TypeCheck(value, (PyTypeObject *)PyExc_Exception)) {
+    PyObject *saved_type, *saved_value, *saved_traceback;
+    int named;
+    PyErr_GetExcInfo(&saved_type, &saved_value, &saved_traceback);
+    Py_XINCREF(type);
+    Py_INCREF(value);
+    Py_XINCREF(traceback);
+    PyErr_SetExcInfo(type, value, traceback); /* steals the three */
+    named = tb_door_name_error(value);
+    PyErr_SetExcInfo(saved_type, saved_value, saved_traceback);
+    if (named < 0) {
+      Py_XDECREF(type);
       Py_DECREF(value);
+      Py_XDECREF(traceback);
+      return;
     }
-    Py_XDECREF(type);
-    Py_XDECREF(traceback);
-    PyErr_Restore(type2, value2, traceback2);
-    return;
   }
   PyErr_Restore(type, value, traceback);
 }

@@ -354,9 +354,10 @@ cdef class FastTarget:
         return self.takes(t)
 
     def capsule_verdicts(self, capsule):
-        """(plainly_takes, the full verdict) for an unconsumed capsule, which stays
-        unconsumed (tests): the full verdict is takes() of what _read_capsule reads,
-        or None when it refuses the capsule."""
+        """(plainly_takes, the full verdict) for an unconsumed capsule (tests): the
+        full verdict is takes() of what _read_capsule reads, or None when it refuses
+        the capsule. The capsule stays unconsumed, except one of another major
+        version, which _read_capsule renames and releases."""
         cdef int kind
         plain = self.plainly_takes(capsule)
         try:

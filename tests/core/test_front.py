@@ -5,6 +5,7 @@ gives, and is taken for plain data only."""
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -217,3 +218,50 @@ def test_convert_door_gives_a_naming_failure_the_original_as_context(options):
         tb.convert(_ArrayRaises(original), "numpy", **options)
     assert info.value.__context__ is original
     assert info.value.__traceback__ is not None
+
+
+class _UnnamableInside(Exception):
+    """Its args setter raises while handling another exception, or raises itself."""
+
+    def __init__(self, how):
+        super().__init__("x")
+        self.how = how
+
+    @property
+    def args(self):
+        return self.__dict__.get("_args", ("x",))
+
+    @args.setter
+    def args(self, value):
+        if not (value and str(value[0]).startswith("convert(): ")):
+            self.__dict__["_args"] = value
+        elif self.how == "nested":
+            try:
+                raise KeyError("inner")
+            except KeyError:
+                raise LookupError("cannot be renamed") from None
+        else:
+            raise self
+
+
+def _chain(exc):
+    seen = []
+    while exc is not None and len(seen) < 10:
+        seen.append(type(exc).__name__)
+        exc = exc.__context__
+    return seen
+
+
+@pytest.mark.parametrize("how", ["nested", "itself"])
+def test_convert_door_chains_a_naming_failure_as_the_python_signature_does(how):
+    chains = []
+    for options in ({}, {"copy": None}):  # the C door, then Cython's signature
+        try:
+            raise OSError("the caller's own")
+        except OSError:
+            with pytest.raises(Exception) as info:
+                tb.convert(_ArrayRaises(_UnnamableInside(how)), "numpy", **options)
+            assert isinstance(sys.exc_info()[1], OSError)  # the caller's, restored
+        chains.append(_chain(info.value))
+        assert info.value.__context__ is not info.value
+    assert chains[0] == chains[1]
