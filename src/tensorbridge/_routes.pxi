@@ -667,7 +667,7 @@ cdef class FastTarget:
         cdef DLTensor* dl
         cdef DLDataType dt
         cdef int i
-        cdef int64_t item, extent, stride, count = 1, span = 0, step
+        cdef int64_t item, extent, stride, count = 1, later, span = 0, step
         cdef bint c_order = True
         if name == NULL:
             PyErr_Clear()
@@ -702,25 +702,27 @@ cdef class FastTarget:
             return False
         if dl.ndim > 0 and dl.shape == NULL:
             return False
-        # _check_layout's bounds and _c_contiguous, in one pass from the last dimension.
+        # _check_layout's bounds and _c_contiguous, in one pass from the last dimension
+        # (the element count first, so (extent - 1) * item below cannot overflow).
         item = _itemsize(dt)
         for i in range(dl.ndim - 1, -1, -1):
             extent = dl.shape[i]
             if extent <= 0:
                 return False    # empty (or invalid): the full read
+            later = count       # the C-order stride of this dimension
+            if tb_mul_overflow(count, extent, &count) or count > BYTE_LIMIT // item:
+                return False
             if dl.strides != NULL:
                 stride = dl.strides[i]
                 if stride > BYTE_LIMIT // item or stride < -(BYTE_LIMIT // item):
                     return False
                 if extent > 1:
-                    if stride != count:
+                    if stride != later:
                         c_order = False
                     if (tb_mul_overflow(stride if stride >= 0 else -stride,
                                         (extent - 1) * item, &step)
                             or tb_add_overflow(span, step, &span) or span > BYTE_LIMIT):
                         return False
-            if tb_mul_overflow(count, extent, &count) or count > BYTE_LIMIT // item:
-                return False
         if not c_order and not self.any_layout:
             return False
         if dl.data == NULL or <uintptr_t>dl.data > UINTPTR_MAX - <uintptr_t>dl.byte_offset:
