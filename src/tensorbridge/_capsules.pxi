@@ -291,6 +291,25 @@ cdef object _export_capsule(Tensor t, bint versioned, uint64_t extra_flags, DLDe
         raise
 
 
+cdef int _propagate_error() except -1:
+    """Propagates the exception already set (after an unchecked call)."""
+    return -1
+
+
+cdef object _foreign_capsule(DLManagedTensorVersioned* managed):
+    """An unconsumed versioned capsule owning a producer's managed tensor (from an
+    exchange table): its deleter runs when the capsule dies unconsumed, or here if
+    no capsule can be made."""
+    cdef PyObject* capsule = _raw_capsule_new(managed, TB_CAPSULE_VERSIONED,
+                                              tb_capsule_destructor_versioned)
+    if capsule == NULL:
+        _call_deleter(managed, OWN_VERSIONED)
+        _propagate_error()
+    result = <object>capsule
+    Py_DECREF(result)   # PyCapsule_New's reference; `result` holds its own
+    return result
+
+
 def is_capsule(obj):
     """True for a PyCapsule (of any name)."""
     return PyCapsule_CheckExact(obj)

@@ -593,9 +593,15 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         mode = read | _ROUTE["HANDOFF"]
     elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
         mode = read | _ROUTE["HANDOFF"]  # it reads the table, not the Python protocol
+        if target.capsule_importer() is not None:
+            # The table's managed tensor, checked here (its dtype too), goes to the
+            # target as a capsule: the same import, without asking the dtype first.
+            mode |= _ROUTE["TABLE_CAPSULE"]
     else:
         return carried
-    if not target.importer_refuses_dtypes:
+    if mode & _ROUTE["TABLE_CAPSULE"]:
+        pass
+    elif not target.importer_refuses_dtypes:
         if read != _ROUTE["PROTOCOL"]:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
@@ -719,12 +725,17 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, option
         return "planned on every call (device memory is asked for on the target's stream)"
     if mode & 7 == _ROUTE["PROTOCOL"] and fast.asks_device_first(obj):
         return "planned on every call (this type has exported device memory)"
-    if mode & _ROUTE["HANDOFF"]:
+    if mode & _ROUTE["TABLE_CAPSULE"]:
+        text = (
+            "in C after the first call: the source's managed tensor, from "
+            f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked"
+        )
+    elif mode & _ROUTE["HANDOFF"]:
         return (
             f"in C after the first call: the source object goes to {framework.name}'s own "
             "importer as it is"
         )
-    if mode & _ROUTE["CARRY"] and fast.uncarried(obj):
+    elif mode & _ROUTE["CARRY"] and fast.uncarried(obj):
         text = (
             f"in C after the first call: read through {_READERS[mode & 7]}, then made "
             f"by {framework.name} ({framework.name}'s importer was refused data of this "

@@ -394,6 +394,7 @@ class FastTarget:
         | None = None,
         importer: Callable[[Any], object] | None = None,
         carrier_importer: Callable[[Any], object] | None = None,
+        capsule_importer: Callable[[Any], object] | None = None,
         guard64: Callable[[], bool] | None = None,
     ) -> None: ...
     def __call__(self, t: Tensor) -> Any: ...

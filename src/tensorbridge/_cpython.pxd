@@ -15,6 +15,9 @@ cdef extern from "Python.h":
     int PyCapsule_SetContext(object capsule, void* context) except -1
     bint PyCapsule_IsValid(object capsule, const char* name)
     bint PyCapsule_CheckExact(object o)
+    # Unchecked: NULL with the exception set.
+    PyObject* _raw_capsule_new "PyCapsule_New"(void* pointer, const char* name,
+                                               PyCapsule_Destructor destructor)
     # For capsule destructors, which get a capsule whose reference count is 0 (no
     # Python object may be made of it).
     const char* _raw_capsule_name "PyCapsule_GetName"(PyObject* capsule) noexcept
@@ -25,6 +28,9 @@ cdef extern from "Python.h":
                                PyObject* kwnames)
     object PyObject_VectorcallMethod(object name, PyObject** args, size_t nargsf,
                                      PyObject* kwnames)
+    # The same call, unchecked: NULL with the exception set (the caller decides).
+    PyObject* _raw_vectorcall "PyObject_Vectorcall"(PyObject* callable, PyObject** args,
+                                                    size_t nargsf, PyObject* kwnames)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
     bint Py_IsInitialized()

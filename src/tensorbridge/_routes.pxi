@@ -43,6 +43,9 @@ cdef enum:
     # which checks the capsule before passing it on
     ROUTE_CARRY = 512
     ROUTE_SAME = 1024       # the target's own array: returned as it is (no read)
+    # handoff of a table source: its managed tensor, as a capsule, to the target's
+    # importer of capsules once it is checked (dtype and layout seen on the struct)
+    ROUTE_TABLE_CAPSULE = 2048
 
 
 def _route_constants():
@@ -51,7 +54,8 @@ def _route_constants():
                 PROTOCOL=ROUTE_PROTOCOL, HANDOFF=ROUTE_HANDOFF,
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
-                MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME)
+                MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME,
+                TABLE_CAPSULE=ROUTE_TABLE_CAPSULE)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -95,7 +99,7 @@ cdef inline bint _is_ndarray_type(object tp) noexcept:
     return _ndarray_type != NULL and <PyTypeObject*><PyObject*>tp == _ndarray_type
 
 
-cdef inline Py_ssize_t _module_count():
+cdef inline Py_ssize_t _module_count() noexcept:
     return _dict_size(PyImport_GetModuleDict())
 
 
@@ -150,6 +154,25 @@ cdef object _forward_dlpack(object x, object stream, object max_version, object 
     return PyObject_VectorcallMethod(
         _s_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
         <PyObject*>_forward_kwnames[mask] if mask else NULL)
+
+
+cdef object _call_or_none(object f, object arg):
+    """f(arg), or None when it raises an ordinary error (the planner then decides,
+    and says what is wrong); MemoryError, RecursionError and what is not an
+    Exception (KeyboardInterrupt...) propagate. Made without a try block, which
+    costs a route about 40 instructions a call."""
+    cdef PyObject* args[1]
+    args[0] = <PyObject*>arg
+    cdef PyObject* r = _raw_vectorcall(<PyObject*>f, args, 1, NULL)
+    if r != NULL:
+        result = <object>r
+        Py_DECREF(result)   # the call's reference; `result` holds its own
+        return result
+    if PyErr_ExceptionMatches(Exception) and not (
+            PyErr_ExceptionMatches(MemoryError) or PyErr_ExceptionMatches(RecursionError)):
+        PyErr_Clear()
+        return None
+    _propagate_error()
 
 
 class _NotTaken(BufferError):
@@ -267,20 +290,26 @@ cdef class FastTarget:
     cdef bint accept[18][129]
     cdef bint negative_strides, noncompact, permuted, offset_ok, readonly_ok
     cdef bint any_layout    # negative_strides, noncompact and permuted: no layout check
+    # The Tensor itself, whatever host data it holds (tensorbridge): a route's read
+    # is the answer, with no takes() and no make().
+    cdef bint takes_any_host
     cdef int64_t alignment
     cdef object maker       # None: the table; "identity": the Tensor; (1-d, n-d); else maker(t)
     cdef int make_kind      # MAKE_*, from maker
     cdef object importer    # the target's own from_dlpack, for handoffs (or None)
     cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
+    cdef object capsule_importer  # what table-capsule routes call with a capsule (or None)
     cdef object guard64
     cdef _Carrier spare     # a used carrier no one kept, for the next carried call
     cdef _RouteSlot routes[ROUTE_SLOTS]
 
     def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
                  bint permuted, bint offset_ok, bint readonly_ok, int64_t alignment,
-                 maker=None, importer=None, carrier_importer=None, guard64=None):
+                 maker=None, importer=None, carrier_importer=None, capsule_importer=None,
+                 guard64=None):
         self.maker = maker
         self.carrier_importer = carrier_importer
+        self.capsule_importer = capsule_importer
         self.make_kind = (MAKE_TABLE if maker is None else
                           MAKE_IDENTITY if isinstance(maker, str) and maker == "identity" else
                           MAKE_BY_NDIM if type(maker) is tuple else
@@ -306,6 +335,11 @@ cdef class FastTarget:
         self.readonly_ok = readonly_ok
         self.any_layout = negative_strides and noncompact and permuted
         self.alignment = alignment
+        from tensorbridge._dtypes import DTYPES
+        self.takes_any_host = (
+            self.make_kind == MAKE_IDENTITY and self.any_layout and offset_ok and readonly_ok
+            and alignment == 0 and guard64 is None
+            and all(self.accept[<int>d.code][<int>d.bits] for d in DTYPES.values()))
 
     def __call__(self, Tensor t):
         """The target's object for t (no checks)."""
@@ -326,7 +360,9 @@ cdef class FastTarget:
                 read == ROUTE_NDARRAY and not _is_ndarray_type(tp)) or (
                 read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
                 read > ROUTE_PROTOCOL or (mode & ROUTE_CARRY and (
-                    read != ROUTE_PROTOCOL or self.carrier_importer is None)):
+                    read != ROUTE_PROTOCOL or self.carrier_importer is None)) or (
+                mode & ROUTE_TABLE_CAPSULE and (
+                    read != ROUTE_TABLE or self.capsule_importer is None)):
             raise ValueError(f"remember(): mode {mode} cannot read {tp!r}")
         getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
         ctp = <_TypeObj*><PyObject*>tp
@@ -371,7 +407,7 @@ cdef class FastTarget:
         it to the planner (explain)."""
         return bool(_type_slot(obj).flags & TI_STREAM)
 
-    cdef _RouteSlot* _slot(self, void* tp, bint for_writing):
+    cdef _RouteSlot* _slot(self, void* tp, bint for_writing) noexcept:
         """tp's slot (its set's first way when it has none and not for_writing)."""
         cdef Py_ssize_t base = ((<uintptr_t>tp >> 5) % (ROUTE_SLOTS // 2)) * 2
         cdef _RouteSlot* first = &self.routes[base]
@@ -384,7 +420,7 @@ cdef class FastTarget:
         first[0] = second[0]
         return second
 
-    cdef inline int _mode(self, object obj):
+    cdef inline int _mode(self, object obj) noexcept:
         cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
         cdef _RouteSlot* slot = self._slot(<void*>tp, False)
         if (slot.tp != <void*>tp or slot.tag != tp.tp_version_tag or slot.tag == 0
@@ -398,6 +434,10 @@ cdef class FastTarget:
         """The target's object for obj along `mode`, or None: the planner decides."""
         if mode == ROUTE_SAME:
             return obj
+        if mode == ROUTE_NDARRAY and self.takes_any_host:
+            return _import_ndarray(obj)     # (host memory of 8-bit or wider types)
+        if mode & ROUTE_TABLE_CAPSULE:
+            return self._pass_table_capsule(mode, obj)
         if mode & ROUTE_HANDOFF:
             return self._hand_off(mode, obj)
         if mode & ROUTE_CARRY:
@@ -473,6 +513,60 @@ cdef class FastTarget:
         _keep_immutable(t, type_flags)
         return self._make_read(t, True)
 
+    cdef object _pass_table_capsule(self, int mode, object obj):
+        """What a handoff to an importer that reads exchange tables does (the
+        source's managed tensor, from its table, to the target), with the managed
+        tensor checked on the way instead of the source being asked its dtype
+        first: in host memory, it goes as a capsule to the target's importer of
+        capsules when the target takes it as it is (plainly_takes), else it is read
+        here (a copy in C when only misaligned; anything else, the planner). Device
+        memory goes as the source object to the target's own importer, as a plain
+        handoff does. PyTorch's bit views go to the planner."""
+        cdef DLManagedTensorVersioned* managed = NULL
+        cdef _ApiSlot* slot
+        cdef DLDataType dt
+        cdef int device_type, type_flags, kind
+        cdef bint plain
+        cdef Tensor t
+        if not _use_exchange_api:
+            return None
+        slot = _type_slot(obj)
+        if slot.api == NULL:
+            return None
+        type_flags = slot.flags
+        if slot.api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed) != 0 \
+                or managed == NULL:
+            _clear_refusal()
+            return None
+        dt = managed.dl_tensor.dtype
+        device_type = managed.dl_tensor.device.device_type
+        plain = (managed.version.major == TB_DLPACK_MAJOR
+                 and self._plainly_takes_dl(&managed.dl_tensor))
+        capsule = _foreign_capsule(managed)     # (its deleter runs if no one takes it)
+        # (Only complex tensors carry the conjugate bit.)
+        if mode & ROUTE_TORCH_BITS and _torch_bits(obj, dt.code != kDLComplex) is not None:
+            return None
+        if device_type != kDLCPU:
+            capsule = None
+            if dt.lanes == 1 and dt.code < 18 and 8 <= dt.bits and dt.bits <= 128 \
+                    and self.accept[dt.code][dt.bits]:
+                return self._hand_off(
+                    mode & ~(ROUTE_TABLE_CAPSULE | ROUTE_CHECK_DTYPE | ROUTE_TORCH_BITS), obj)
+            return None
+        if plain:
+            return _call_or_none(self.capsule_importer, capsule)    # None: the planner
+        try:
+            t = _read_capsule(capsule, &kind)
+            t = _own_capsule(capsule, t, kind)
+        except Exception as exc:
+            if isinstance(exc, (MemoryError, RecursionError)):
+                raise
+            return None     # the planner reads the source again, and says what is wrong
+        finally:
+            capsule = None
+        _keep_immutable(t, type_flags)
+        return self._make_read(t, False)
+
     cdef object _read_and_make(self, int read, object obj):
         cdef Tensor t
         cdef _ApiSlot* slot
@@ -517,6 +611,9 @@ cdef class FastTarget:
             return None
         if t is None:
             return None
+        if self.takes_any_host and t._device.device_type == kDLCPU and (
+                t._dtype.bits >= 8 or t._flags & TB_FLAG_SUBBYTE_PADDED):
+            return t    # what takes() and make() would say, without asking them
         return self._make_read(t, read == ROUTE_PROTOCOL)
 
     cdef object _make_read(self, Tensor t, bint from_producer):
@@ -535,7 +632,6 @@ cdef class FastTarget:
         """The target's own importer, given the source object: the call a user would
         make (on GPUs, producer and consumer then make their stream handshake). Any
         refusal goes to the planner, which fixes or explains it."""
-        cdef PyObject* args[1]
         cdef tb_npy_array* arr
         cdef int code = -1
         if self.importer is None:
@@ -553,12 +649,8 @@ cdef class FastTarget:
         if mode & ROUTE_TORCH_BITS and _torch_bits(obj, code >= 0 and code != kDLComplex) \
                 is not None:
             return None
-        args[0] = <PyObject*>obj
-        try:
-            result = PyObject_Vectorcall(self.importer, args, 1, NULL)
-        except Exception as exc:
-            if isinstance(exc, (MemoryError, RecursionError)):
-                raise
+        result = _call_or_none(self.importer, obj)
+        if result is None:
             return None     # the planner decides, and says what is wrong
         if mode & ROUTE_MARK_READONLY:
             if _npy_struct_state == 1 and _is_ndarray(result):
@@ -665,10 +757,6 @@ cdef class FastTarget:
         cdef DLManagedTensorVersioned* versioned
         cdef DLManagedTensor* legacy
         cdef DLTensor* dl
-        cdef DLDataType dt
-        cdef int i
-        cdef int64_t item, extent, stride, count = 1, later, span = 0, step
-        cdef bint c_order = True
         if name == NULL:
             PyErr_Clear()
             return False
@@ -687,7 +775,14 @@ cdef class FastTarget:
             dl = &legacy.dl_tensor
         else:
             return False
-        dt = dl.dtype
+        return self._plainly_takes_dl(dl)
+
+    cdef bint _plainly_takes_dl(self, const DLTensor* dl) noexcept:
+        """plainly_takes for the tensor of a managed tensor of this major version."""
+        cdef DLDataType dt = dl.dtype
+        cdef int i
+        cdef int64_t item, elements, extent, stride, count = 1, later, span = 0, step
+        cdef bint c_order = True
         if not self.carries_ndim(dl.ndim):
             return False
         if (dl.ndim < 0 or dl.ndim > TB_MAX_NDIM or dt.lanes != 1 or dt.code >= 18
@@ -705,16 +800,17 @@ cdef class FastTarget:
         # _check_layout's bounds and _c_contiguous, in one pass from the last dimension
         # (the element count first, so (extent - 1) * item below cannot overflow).
         item = _itemsize(dt)
+        elements = BYTE_LIMIT // item
         for i in range(dl.ndim - 1, -1, -1):
             extent = dl.shape[i]
             if extent <= 0:
                 return False    # empty (or invalid): the full read
             later = count       # the C-order stride of this dimension
-            if tb_mul_overflow(count, extent, &count) or count > BYTE_LIMIT // item:
+            if tb_mul_overflow(count, extent, &count) or count > elements:
                 return False
             if dl.strides != NULL:
                 stride = dl.strides[i]
-                if stride > BYTE_LIMIT // item or stride < -(BYTE_LIMIT // item):
+                if stride > elements or stride < -elements:
                     return False
                 if extent > 1:
                     if stride != later:

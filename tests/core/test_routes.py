@@ -12,10 +12,10 @@ import weakref
 import numpy as np
 import pytest
 from needs import needs
-from producers import Producer, fake_device_producer, numpy_producer
+from producers import Producer, capsule_of, fake_device_producer, numpy_producer
 
 import tensorbridge as tb
-from tensorbridge import _core
+from tensorbridge import _core, _testing
 from tensorbridge._core import Tensor
 from tensorbridge._frameworks import FRAMEWORKS
 
@@ -84,7 +84,7 @@ def test_handoffs_check_what_the_importer_would_get_wrong():
     x = torch.arange(4.0)
     tb.convert(x, "tvm_ffi")
     mode = fast("tvm_ffi").route_of(x)
-    assert mode == R["TABLE"] | R["HANDOFF"] | R["CHECK_DTYPE"] | R["TORCH_BITS"]
+    assert mode == R["TABLE"] | R["HANDOFF"] | R["TABLE_CAPSULE"] | R["TORCH_BITS"]
     # tvm_ffi takes complex data without complaint and cannot hold it: refused.
     tb.convert(np.arange(3.0), "tvm_ffi")
     for z in (torch.tensor([1 + 2j]), np.array([1 + 2j])):
@@ -865,3 +865,228 @@ def test_legacy_exporters_are_not_carried_to_pyarrow():
     mode = fast("pyarrow").route_of(x)
     assert mode == R["PROTOCOL"]  # read here: pyarrow refuses legacy capsules
     assert tb.convert(x, "pyarrow").to_pylist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- table-capsule routes: a table source's managed tensor, checked, to an importer ---
+
+
+class _TableSource:
+    """A producer type with the fake C exchange table (tensorbridge._testing): each
+    table call hands out a crafted capsule of the array (fields overridable), whose
+    deleter calls are counted."""
+
+    __dlpack_c_exchange_api__ = _testing.exchange_table()
+
+    def __init__(self, array, **fields):
+        self.array = array
+        self.fields = fields
+        self.counters = []
+
+    def _table_capsule(self):
+        capsule, counter = capsule_of(self.array, **self.fields)
+        self.counters.append(counter)
+        return capsule
+
+    def __dlpack_device__(self):
+        return self.fields.get("device", (1, 0))
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("a table-capsule route never asks __dlpack__")
+
+
+TABLE_CAPSULE = R["TABLE"] | R["HANDOFF"] | R["TABLE_CAPSULE"]
+
+
+def _table_target(capsule_importer=None, **overrides):
+    """A FastTarget for float32 host data whose importers record what they are given:
+    the capsule importer imports with tb.from_dlpack; the importer of objects (for
+    device memory) and the maker return tagged tuples."""
+    seen = {"capsules": [], "objects": [], "made": []}
+
+    def import_capsule(capsule):
+        seen["capsules"].append(_testing.capsule_name(capsule))
+        return tb.from_dlpack(capsule)
+
+    def import_object(obj):
+        seen["objects"].append(obj)
+        return ("imported", obj)
+
+    def make(t):
+        seen["made"].append(t)
+        return ("made", t)
+
+    options = dict(
+        target_type=None,
+        dtypes=[tb.float32],
+        negative_strides=False,
+        noncompact=False,
+        permuted=False,
+        offset_ok=True,
+        readonly_ok=True,
+        alignment=0,
+        maker=make,
+        importer=import_object,
+        capsule_importer=capsule_importer or import_capsule,
+    )
+    options.update(overrides)
+    target = _core.FastTarget(**options)
+    return target, seen
+
+
+def _released_once(source):
+    gc.collect()
+    return [(c.calls, c.capsule_frees) for c in source.counters]
+
+
+def test_a_table_capsule_route_gives_the_managed_tensor_to_the_importer():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    p = _TableSource(a)
+    target, seen = _table_target()
+    target.remember(_TableSource, TABLE_CAPSULE)
+    before = _testing.table_calls()
+    out = _core._fast_convert(target, p)
+    assert type(out) is Tensor and out.data_ptr() == a.ctypes.data and out.shape == (2, 3)
+    assert _testing.table_calls() == before + 1
+    assert seen == {"capsules": ["dltensor_versioned"], "objects": [], "made": []}
+    assert p.counters[0].calls == 0  # the importer owns it now
+    del out
+    assert _released_once(p) == [(1, 0)]
+    assert target.route_of(p) == TABLE_CAPSULE
+
+
+@pytest.mark.parametrize(
+    "array, fields, made",
+    [
+        # a dtype the target does not hold: read here, the planner decides
+        (np.arange(4.0), {}, None),
+        # not C order, for a target with layout rules: the planner
+        (np.arange(8, dtype=np.float32)[::2], {}, None),
+        # empty: read in full, taken as it is, made
+        (np.zeros(0, dtype=np.float32), {}, "view"),
+        # another major version: refused by the full read (released there)
+        (np.arange(4, dtype=np.float32), {"version": (2, 0)}, None),
+        # sub-byte data is never passed plainly
+        (np.zeros(4, dtype=np.uint8), {"dtype": (2, 4, 1)}, None),
+    ],
+)
+def test_a_table_capsule_the_target_does_not_plainly_take_is_read_here(array, fields, made):
+    p = _TableSource(array, **fields)
+    target, seen = _table_target()
+    target.remember(_TableSource, TABLE_CAPSULE)
+    out = _core._fast_convert(target, p)
+    assert seen["capsules"] == [] and seen["objects"] == []
+    if made is None:
+        assert out is None  # the planner decides (and asks the table again)
+    else:
+        assert out[0] == "made" and out[1].shape == array.shape
+    del out
+    seen.clear()
+    assert _released_once(p) == [(1, 0)]  # read here (consumed), released once
+
+
+def test_misaligned_data_on_a_table_capsule_route_is_copied_in_c():
+    buf = np.zeros(80, dtype=np.float32)
+    start = next(i for i in range(16) if (buf.ctypes.data + 4 * i) % 64)
+    view = buf[start : start + 8]
+    view[:] = np.arange(8)
+    p = _TableSource(view)
+    target, seen = _table_target(alignment=64)
+    target.remember(_TableSource, TABLE_CAPSULE)
+    kind, t = _core._fast_convert(target, p)
+    assert kind == "made" and t.data_ptr() % 64 == 0 and t.tolist() == list(range(8))
+    assert seen["capsules"] == []
+    del t
+    seen.clear()
+    assert _released_once(p) == [(1, 0)]
+
+
+def test_device_memory_on_a_table_capsule_route_goes_as_the_source_object():
+    # The table does not synchronise: the source object goes to the target's own
+    # importer, which makes the stream handshake with it, as a plain handoff does.
+    p = _TableSource(np.arange(4, dtype=np.float32), device=(2, 0))
+    target, seen = _table_target()
+    target.remember(_TableSource, TABLE_CAPSULE)
+    assert _core._fast_convert(target, p) == ("imported", p)
+    assert seen["capsules"] == [] and seen["objects"] == [p]
+    assert _released_once(p) == [(1, 0)]  # the table's tensor, released (once)
+    # A dtype the target does not hold: the planner, and the importer is not asked.
+    q = _TableSource(np.arange(4.0), device=(2, 0))
+    assert _core._fast_convert(target, q) is None
+    assert seen["objects"] == [p] and _released_once(q) == [(1, 0)]
+
+
+@pytest.mark.parametrize(
+    "error, propagates",
+    [(ValueError, False), (MemoryError, True), (KeyboardInterrupt, True)],
+)
+def test_a_capsule_importer_error_on_a_table_capsule_route(error, propagates):
+    def refuse(capsule):
+        raise error()  # (a new one: a shared one's traceback would keep the capsule)
+
+    p = _TableSource(np.arange(4, dtype=np.float32))
+    target, _ = _table_target(capsule_importer=refuse)
+    target.remember(_TableSource, TABLE_CAPSULE)
+    if propagates:
+        with pytest.raises(error):
+            _core._fast_convert(target, p)
+    else:
+        assert _core._fast_convert(target, p) is None  # the planner says what is wrong
+    assert _released_once(p) == [(1, 0)]  # unconsumed: released by our capsule, once
+
+
+def test_a_table_that_refuses_on_a_table_capsule_route():
+    class Refusing(_TableSource):
+        def _table_capsule(self):
+            raise BufferError("the fake table refuses")
+
+    p = Refusing(np.arange(4, dtype=np.float32))
+    target, seen = _table_target()
+    target.remember(Refusing, TABLE_CAPSULE)
+    assert _core._fast_convert(target, p) is None
+    assert seen == {"capsules": [], "objects": [], "made": []}
+
+
+def test_table_capsule_routes_need_a_table_and_a_capsule_importer():
+    target, _ = _table_target()
+    with pytest.raises(ValueError, match="cannot read"):
+        target.remember(type(numpy_producer(np.arange(2.0))), R["PROTOCOL"] | R["TABLE_CAPSULE"])
+    bare = _core.FastTarget(
+        target_type=None,
+        dtypes=[tb.float32],
+        negative_strides=False,
+        noncompact=False,
+        permuted=False,
+        offset_ok=True,
+        readonly_ok=True,
+        alignment=0,
+        maker=lambda t: t,
+    )  # no capsule importer
+    with pytest.raises(ValueError, match="cannot read"):
+        bare.remember(_TableSource, TABLE_CAPSULE)
+
+
+# -- into tensorbridge itself: the route's read is the answer ----------------------
+
+
+def test_routes_into_tensorbridge_give_the_tensor_they_read(no_planner):
+    a = np.arange(6.0).reshape(2, 3)
+    tb.convert(a, "tensorbridge")
+    tb.convert(numpy_producer(np.arange(2.0)), "tensorbridge")
+    assert fast("tensorbridge").route_of(a) == R["NDARRAY"]
+    no_planner("tensorbridge")
+    for x in (a, a[:, ::-2], a.T, np.arange(0.0)):
+        out = tb.convert(x, "tensorbridge")
+        assert type(out) is Tensor and out.shape == x.shape and not out.readonly
+        assert out.data_ptr() == x.__array_interface__["data"][0]
+    ro = np.arange(3, dtype=np.int8)
+    ro.flags.writeable = False
+    out = tb.convert(ro, "tensorbridge")
+    assert out.readonly and out.data_ptr() == ro.ctypes.data
+    # A producer's capsule: read through __dlpack__, the Tensor itself.
+    source = np.arange(4, dtype=np.float16)
+    p = numpy_producer(source)
+    assert fast("tensorbridge").route_of(p) == R["PROTOCOL"]
+    out = tb.convert(p, "tensorbridge")
+    assert type(out) is Tensor and out.dtype == tb.float16
+    assert out.data_ptr() == source.ctypes.data
+    assert out.tolist() == [0, 1, 2, 3]  # (last: a first tolist imports a module)

@@ -295,6 +295,14 @@ class Framework:
         return None
 
     @classmethod
+    def capsule_importer(cls) -> Any:
+        """Its importer of DLPack capsules, for targets whose importer reads exchange
+        tables (`importer_reads_tables`): a table source's managed tensor is then
+        checked here and given to it as a capsule, instead of asking the source its
+        dtype before a handoff. None: no such routes. See docs/design.md, "Routes"."""
+        return None
+
+    @classmethod
     def current_stream(cls, device: Device) -> int | None:
         """The stream a producer of CUDA/ROCm memory on `device` is asked to order
         its work on when tensorbridge reads the data for this framework: the
@@ -336,6 +344,7 @@ class Framework:
                         maker=maker,
                         importer=cls.importer(),
                         carrier_importer=cls.carry_importer(),
+                        capsule_importer=cls.capsule_importer(),
                         guard64=cls.guard64(),
                     )
                 except TypeError:

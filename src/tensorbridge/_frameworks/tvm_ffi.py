@@ -54,3 +54,7 @@ class TvmFfiFramework(Framework):
     @classmethod
     def carry_importer(cls) -> Any:
         return cls.importer()
+
+    @classmethod
+    def capsule_importer(cls) -> Any:
+        return cls.importer()  # (a capsule or an object: the same managed-tensor import)
