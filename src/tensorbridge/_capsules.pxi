@@ -302,8 +302,14 @@ cdef object _foreign_capsule(DLManagedTensorVersioned* managed):
     no capsule can be made."""
     cdef PyObject* capsule = _raw_capsule_new(managed, TB_CAPSULE_VERSIONED,
                                               tb_capsule_destructor_versioned)
+    cdef PyObject* exc_type
+    cdef PyObject* exc_value
+    cdef PyObject* exc_tb
     if capsule == NULL:
+        # (with the error put aside: a deleter may run Python code)
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb)
         _call_deleter(managed, OWN_VERSIONED)
+        PyErr_Restore(exc_type, exc_value, exc_tb)
         _propagate_error()
     result = <object>capsule
     Py_DECREF(result)   # PyCapsule_New's reference; `result` holds its own

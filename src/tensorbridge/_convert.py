@@ -686,7 +686,7 @@ def _explain(
         return plan
     source = _read_source(obj, copy, consume=False, target=framework)
     plan = _make_plan(source, framework, dtype, device, copy, bool(requires_grad), readonly)
-    plan.route = _route_text(obj, framework, plan, source.tensor, options)
+    plan.route = _route_text(obj, framework, plan, source.tensor, options, source.copied)
     return plan
 
 
@@ -698,9 +698,17 @@ _READERS = {
 }
 
 
-def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, options: bool) -> str:
+def _route_text(
+    obj: Any,
+    framework: type[Framework],
+    plan: Plan,
+    t: Any,
+    options: bool,
+    read_copied: str | None = None,
+) -> str:
     """What Plan.route says (see route_mode and docs/design.md, "Routes"); t is what
-    the plan was made from."""
+    the plan was made from, read_copied why reading the source copied it (a torch
+    bit view, which routes leave to the planner)."""
     if options:
         return "planned on every call (an option is given)"
     fast = framework.fast_target()
@@ -728,13 +736,17 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, option
     if mode & _ROUTE["TABLE_CAPSULE"]:
         text = (
             "in C after the first call: the source's managed tensor, from "
-            f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked"
+            f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked "
+            "(as a tensorbridge Tensor when it is out of the ordinary, such as empty)"
         )
     elif mode & _ROUTE["HANDOFF"]:
-        return (
+        text = (
             f"in C after the first call: the source object goes to {framework.name}'s own "
             "importer as it is"
         )
+        if read_copied:
+            text += "; data it cannot take as it is (as here) is planned"
+        return text
     elif mode & _ROUTE["CARRY"] and fast.uncarried(obj):
         text = (
             f"in C after the first call: read through {_READERS[mode & 7]}, then made "
@@ -751,7 +763,7 @@ def _route_text(obj: Any, framework: type[Framework], plan: Plan, t: Any, option
             f"in C after the first call: read through {_READERS[mode & 7]}, then made "
             f"by {framework.name}"
         )
-    verdict = fast.verdict(t) if type(t) is Tensor else 0
+    verdict = fast.verdict(t) if type(t) is Tensor and not read_copied else 0
     if verdict == 0:
         text += "; data it cannot take as it is (as here) is planned"
     elif verdict == 2:
