@@ -414,6 +414,20 @@ def test_explain_route_for_torch_bit_views_says_they_are_planned(to):
 # -- carried routes: the target's importer asks the source through a checker ----------
 
 
+#: The layout and dtype options of the hand-made FastTargets below: float32 host data,
+#: C order only, offsets taken, read-only taken, no alignment.
+FLOAT32_HOST = dict(
+    target_type=None,
+    dtypes=[tb.float32],
+    negative_strides=False,
+    noncompact=False,
+    permuted=False,
+    offset_ok=True,
+    readonly_ok=True,
+    alignment=0,
+)
+
+
 def _carried_target(**overrides):
     """A FastTarget for float32 host data whose importer of objects records what it
     is given and imports it with tb.from_dlpack (as a real importer would)."""
@@ -423,18 +437,7 @@ def _carried_target(**overrides):
         seen.append(obj)
         return tb.from_dlpack(obj.__dlpack__(max_version=(1, 3)))
 
-    options = dict(
-        target_type=None,
-        dtypes=[tb.float32],
-        negative_strides=False,
-        noncompact=False,
-        permuted=False,
-        offset_ok=True,
-        readonly_ok=True,
-        alignment=0,
-        maker=lambda t: t,
-        carrier_importer=importer,
-    )
+    options = dict(FLOAT32_HOST, maker=lambda t: t, carrier_importer=importer)
     options.update(overrides)
     target = _core.FastTarget(**options)
     return target, seen
@@ -929,14 +932,7 @@ def _table_target(capsule_importer=None, **overrides):
         return ("made", t)
 
     options = dict(
-        target_type=None,
-        dtypes=[tb.float32],
-        negative_strides=False,
-        noncompact=False,
-        permuted=False,
-        offset_ok=True,
-        readonly_ok=True,
-        alignment=0,
+        FLOAT32_HOST,
         maker=make,
         importer=import_object,
         capsule_importer=capsule_importer or import_capsule,
@@ -1063,17 +1059,7 @@ def test_table_capsule_routes_need_a_table_and_a_capsule_importer():
     target, _ = _table_target()
     with pytest.raises(ValueError, match="cannot read"):
         target.remember(type(numpy_producer(np.arange(2.0))), R["PROTOCOL"] | R["TABLE_CAPSULE"])
-    bare = _core.FastTarget(
-        target_type=None,
-        dtypes=[tb.float32],
-        negative_strides=False,
-        noncompact=False,
-        permuted=False,
-        offset_ok=True,
-        readonly_ok=True,
-        alignment=0,
-        maker=lambda t: t,
-    )  # no capsule importer
+    bare = _core.FastTarget(**FLOAT32_HOST, maker=lambda t: t)  # no capsule importer
     with pytest.raises(ValueError, match="cannot read"):
         bare.remember(_TableSource, TABLE_CAPSULE)
 
