@@ -11,6 +11,8 @@ from tensorbridge._cpython cimport *
 from tensorbridge._host cimport *
 from tensorbridge._memory cimport tb_add_overflow, tb_mul_overflow
 
+from tensorbridge._dtypes import DTYPES as _DTYPES
+
 cdef extern from "Python.h":
     PyObject* PyImport_GetModuleDict()      # borrowed
     Py_ssize_t _dict_size "PyDict_Size"(PyObject* d)
@@ -335,11 +337,10 @@ cdef class FastTarget:
         self.readonly_ok = readonly_ok
         self.any_layout = negative_strides and noncompact and permuted
         self.alignment = alignment
-        from tensorbridge._dtypes import DTYPES
         self.takes_any_host = (
             self.make_kind == MAKE_IDENTITY and self.any_layout and offset_ok and readonly_ok
             and alignment == 0 and guard64 is None
-            and all(self.accept[<int>d.code][<int>d.bits] for d in DTYPES.values()))
+            and all(self.accept[<int>d.code][<int>d.bits] for d in _DTYPES.values()))
 
     def __call__(self, Tensor t):
         """The target's object for t (no checks)."""
