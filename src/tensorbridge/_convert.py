@@ -599,9 +599,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
             mode |= _ROUTE["TABLE_CAPSULE"]
     else:
         return carried
-    if mode & _ROUTE["TABLE_CAPSULE"]:
-        pass
-    elif not target.importer_refuses_dtypes:
+    if not target.importer_refuses_dtypes and not mode & _ROUTE["TABLE_CAPSULE"]:
         if read != _ROUTE["PROTOCOL"]:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
