@@ -574,8 +574,10 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         read = _ROUTE["PROTOCOL"]
     else:
         return 0
-    # A trusted source read through __dlpack__ may instead be carried to the
-    # target's importer, which gets the capsule it asks for once it is checked.
+    # A trusted source read through __dlpack__ may instead be asked here as the
+    # target's importer would ask it, and the capsule passed on to the target's
+    # importer of capsules once it is checked; or carried to the target's importer
+    # of objects, which gets the capsule it asks for once it is checked.
     carried = read
     if (
         read == _ROUTE["PROTOCOL"]
@@ -584,9 +586,11 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         and not source.bit_views
         and target.readonly != "flag"
         and not (source.legacy_export and target.versioned_only)
-        and target.carry_importer() is not None
     ):
-        carried = read | _ROUTE["CARRY"]
+        if target.capsule_importer() is not None:
+            carried = read | _ROUTE["CAPSULE"]
+        elif target.carry_importer() is not None:
+            carried = read | _ROUTE["CARRY"]
     if source is None or not target.hands_off(source, tp):
         return carried
     if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
@@ -596,10 +600,10 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         if target.capsule_importer() is not None:
             # The table's managed tensor, checked here (its dtype too), goes to the
             # target as a capsule: the same import, without asking the dtype first.
-            mode |= _ROUTE["TABLE_CAPSULE"]
+            mode |= _ROUTE["CAPSULE"]
     else:
         return carried
-    if not target.importer_refuses_dtypes and not mode & _ROUTE["TABLE_CAPSULE"]:
+    if not target.importer_refuses_dtypes and not mode & _ROUTE["CAPSULE"]:
         if read != _ROUTE["PROTOCOL"]:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
@@ -731,11 +735,18 @@ def _route_text(
         return "planned on every call (device memory is asked for on the target's stream)"
     if mode & 7 == _ROUTE["PROTOCOL"] and fast.asks_device_first(obj):
         return "planned on every call (this type has exported device memory)"
-    if mode & _ROUTE["TABLE_CAPSULE"]:
+    if mode & _ROUTE["CAPSULE"] and mode & 7 == _ROUTE["TABLE"]:
         text = (
             "in C after the first call: the source's managed tensor, from "
             f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked "
             "(as a tensorbridge Tensor when it is out of the ordinary, such as empty)"
+        )
+    elif mode & _ROUTE["CAPSULE"]:
+        text = (
+            f"in C after the first call: the source is asked for a capsule as "
+            f"{framework.name}'s importer asks it, and the capsule goes to that importer "
+            "once it is checked (as a tensorbridge Tensor when it is out of the ordinary, "
+            "such as empty)"
         )
     elif mode & _ROUTE["HANDOFF"]:
         text = (

@@ -31,6 +31,8 @@ cdef extern from "Python.h":
     # The same call, unchecked: NULL with the exception set (the caller decides).
     PyObject* _raw_vectorcall "PyObject_Vectorcall"(PyObject* callable, PyObject** args,
                                                     size_t nargsf, PyObject* kwnames)
+    PyObject* _raw_vectorcall_method "PyObject_VectorcallMethod"(
+        PyObject* name, PyObject** args, size_t nargsf, PyObject* kwnames)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
     bint Py_IsInitialized()

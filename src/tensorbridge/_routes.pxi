@@ -45,9 +45,11 @@ cdef enum:
     # which checks the capsule before passing it on
     ROUTE_CARRY = 512
     ROUTE_SAME = 1024       # the target's own array: returned as it is (no read)
-    # handoff of a table source: its managed tensor, as a capsule, to the target's
-    # importer of capsules once it is checked (dtype and layout seen on the struct)
-    ROUTE_TABLE_CAPSULE = 2048
+    # the source's capsule, once it is checked (dtype and layout seen on the struct),
+    # to the target's importer of capsules: a table source's managed tensor (a
+    # handoff: device memory goes as the source object), or a protocol source's
+    # __dlpack__(), asked as the target's importer of objects asks it
+    ROUTE_CAPSULE = 2048
 
 
 def _route_constants():
@@ -57,7 +59,7 @@ def _route_constants():
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
                 MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME,
-                TABLE_CAPSULE=ROUTE_TABLE_CAPSULE)
+                CAPSULE=ROUTE_CAPSULE)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -158,14 +160,12 @@ cdef object _forward_dlpack(object x, object stream, object max_version, object 
         <PyObject*>_forward_kwnames[mask] if mask else NULL)
 
 
-cdef object _call_or_none(object f, object arg):
-    """f(arg), or None when it raises an ordinary error (the planner then decides,
-    and says what is wrong); MemoryError, RecursionError and what is not an
-    Exception (KeyboardInterrupt...) propagate. Made without a try block, which
-    costs a route about 40 instructions a call."""
-    cdef PyObject* args[1]
-    args[0] = <PyObject*>arg
-    cdef PyObject* r = _raw_vectorcall(<PyObject*>f, args, 1, NULL)
+cdef object _answer_or_none(PyObject* r):
+    """The new reference r of an unchecked call as an object, or None when the call
+    raised an ordinary error (the planner then decides, and says what is wrong);
+    MemoryError, RecursionError and what is not an Exception (KeyboardInterrupt...)
+    propagate. Routes call without a try block, which costs about 40 instructions a
+    call."""
     if r != NULL:
         result = <object>r
         Py_DECREF(result)   # the call's reference; `result` holds its own
@@ -175,6 +175,22 @@ cdef object _call_or_none(object f, object arg):
         PyErr_Clear()
         return None
     _propagate_error()
+
+
+cdef inline object _call_or_none(object f, object arg):
+    """f(arg), or None on an ordinary error (_answer_or_none)."""
+    cdef PyObject* args[1]
+    args[0] = <PyObject*>arg
+    return _answer_or_none(_raw_vectorcall(<PyObject*>f, args, 1, NULL))
+
+
+cdef inline object _dlpack_or_none(object obj):
+    """obj.__dlpack__() with no keywords (a legacy capsule), or None on an ordinary
+    error (_answer_or_none)."""
+    cdef PyObject* args[1]
+    args[0] = <PyObject*>obj
+    return _answer_or_none(_raw_vectorcall_method(
+        <PyObject*>_s_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL))
 
 
 class _NotTaken(BufferError):
@@ -362,8 +378,9 @@ cdef class FastTarget:
                 read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
                 read > ROUTE_PROTOCOL or (mode & ROUTE_CARRY and (
                     read != ROUTE_PROTOCOL or self.carrier_importer is None)) or (
-                mode & ROUTE_TABLE_CAPSULE and (
-                    read != ROUTE_TABLE or self.capsule_importer is None)):
+                mode & ROUTE_CAPSULE and (
+                    (read != ROUTE_TABLE and read != ROUTE_PROTOCOL)
+                    or self.capsule_importer is None)):
             raise ValueError(f"remember(): mode {mode} cannot read {tp!r}")
         getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
         ctp = <_TypeObj*><PyObject*>tp
@@ -437,8 +454,10 @@ cdef class FastTarget:
             return obj
         if mode == ROUTE_NDARRAY and self.takes_any_host:
             return _import_ndarray(obj)     # (host memory of 8-bit or wider types)
-        if mode & ROUTE_TABLE_CAPSULE:
-            return self._pass_table_capsule(mode, obj)
+        if mode & ROUTE_CAPSULE:
+            if mode & ROUTE_READ_MASK == ROUTE_TABLE:
+                return self._pass_table_capsule(mode, obj)
+            return self._pass_protocol_capsule(obj)
         if mode & ROUTE_HANDOFF:
             return self._hand_off(mode, obj)
         if mode & ROUTE_CARRY:
@@ -552,7 +571,7 @@ cdef class FastTarget:
             if dt.lanes == 1 and dt.code < 18 and 8 <= dt.bits and dt.bits <= 128 \
                     and self.accept[dt.code][dt.bits]:
                 return self._hand_off(
-                    mode & ~(ROUTE_TABLE_CAPSULE | ROUTE_CHECK_DTYPE | ROUTE_TORCH_BITS), obj)
+                    mode & ~(ROUTE_CAPSULE | ROUTE_CHECK_DTYPE | ROUTE_TORCH_BITS), obj)
             return None
         if plain:
             return _call_or_none(self.capsule_importer, capsule)    # None: the planner
@@ -567,6 +586,51 @@ cdef class FastTarget:
             capsule = None
         _keep_immutable(t, type_flags)
         return self._make_read(t, False)
+
+    cdef object _pass_protocol_capsule(self, object obj):
+        """A carried route without the carrier, for targets whose importer of
+        capsules imports a capsule as their importer of objects imports the object
+        (MLX, tvm-ffi, TensorFlow): the source is asked here as that importer asks it
+        (__dlpack__() with no keywords), and the capsule goes to the importer of
+        capsules when the target takes it as it is (plainly_takes). Any other is read
+        here: a copy in C when it is only misaligned, else the planner gets the
+        Tensor (the source is asked once). Device memory is never passed on: the type
+        is marked, and the planner asks for it on the consumer's stream."""
+        cdef Tensor t
+        cdef int kind
+        cdef int type_flags = _type_slot(obj).flags
+        if type_flags & TI_STREAM:
+            return None
+        capsule = _dlpack_or_none(obj)
+        if capsule is None or not PyCapsule_CheckExact(capsule):
+            return None     # the planner asks again, and says what is wrong
+        if self.plainly_takes(capsule):
+            return _call_or_none(self.capsule_importer, capsule)    # None: the planner
+        # A capsule is dropped before an error propagates, so a destructor written in
+        # Python (pydlpack's, ctypes') runs with no exception pending.
+        try:
+            t = _read_capsule(capsule, &kind)
+        except BaseException as exc:
+            capsule = None
+            if not isinstance(exc, Exception) or isinstance(exc, (MemoryError, RecursionError)):
+                raise
+            return None     # the planner asks again, and says what is wrong
+        if _needs_stream(t._device.device_type):
+            capsule = None
+            _mark_stream_type(obj)
+            return None
+        if kind == OWN_LEGACY and t._dtype.bits < 8:
+            # A legacy capsule cannot say whether sub-byte data is padded: the planner
+            # asks for a versioned one.
+            return None
+        try:
+            t = _own_capsule(capsule, t, kind)
+        except BufferError:
+            return None
+        finally:
+            capsule = None
+        _keep_immutable(t, type_flags)
+        return self._make_read(t, True)
 
     cdef object _read_and_make(self, int read, object obj):
         cdef Tensor t

@@ -84,7 +84,7 @@ def test_handoffs_check_what_the_importer_would_get_wrong():
     x = torch.arange(4.0)
     tb.convert(x, "tvm_ffi")
     mode = fast("tvm_ffi").route_of(x)
-    assert mode == R["TABLE"] | R["HANDOFF"] | R["TABLE_CAPSULE"] | R["TORCH_BITS"]
+    assert mode == R["TABLE"] | R["HANDOFF"] | R["CAPSULE"] | R["TORCH_BITS"]
     # tvm_ffi takes complex data without complaint and cannot hold it: refused.
     tb.convert(np.arange(3.0), "tvm_ffi")
     for z in (torch.tensor([1 + 2j]), np.array([1 + 2j])):
@@ -618,25 +618,24 @@ def test_remember_refuses_a_carry_without_an_importer_of_objects():
 
 
 @needs("tvm_ffi", "mlx")
-def test_carried_routes_into_mlx_check_what_mx_from_dlpack_narrows(no_planner):
+def test_capsule_routes_into_mlx_check_what_mx_from_dlpack_narrows(no_planner):
     import mlx.core as mx
     import tvm_ffi
 
-    _core.clear_routes()  # (forgets earlier refusals too)
+    _core.clear_routes()
     x = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float32))
     assert tb.convert(x, "mlx").tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert fast("mlx").route_of(x) == R["PROTOCOL"] | R["CARRY"]
-    # float64: mx.from_dlpack would narrow it to float32; the carrier refuses it and
-    # the planner makes a float64 array.
+    assert fast("mlx").route_of(x) == R["PROTOCOL"] | R["CAPSULE"]
+    # float64: mx.from_dlpack would narrow it to float32; the route reads the capsule
+    # instead, and the planner makes a float64 array from it.
     y = tvm_ffi.from_dlpack(np.arange(4, dtype=np.float64) + 0.1)
     out = tb.convert(y, "mlx")
     assert out.dtype == mx.float64 and out.tolist() == [0.1, 1.1, 2.1, 3.1]
-    # The refusal lasts, though the planner decided the type's route again.
-    assert fast("mlx").route_of(x) == R["PROTOCOL"] and fast("mlx").uncarried(x)
-    assert "refused data of this type before" in tb.explain(x, "mlx").route
+    assert fast("mlx").route_of(x) == R["PROTOCOL"] | R["CAPSULE"]  # (no refusal to keep)
+    assert "as mlx's importer asks it" in tb.explain(x, "mlx").route
     no_planner("mlx")
     z = tvm_ffi.from_dlpack(np.arange(3, dtype=np.float32))
-    assert tb.convert(z, "mlx").tolist() == [0.0, 1.0, 2.0]  # read here, made by mlx
+    assert tb.convert(z, "mlx").tolist() == [0.0, 1.0, 2.0]
 
 
 # -- carried routes: the capsule checked on its struct (FastTarget.plainly_takes) ------
@@ -910,10 +909,10 @@ class _TableSource:
         raise AssertionError("a table-capsule route never asks __dlpack__")
 
 
-TABLE_CAPSULE = R["TABLE"] | R["HANDOFF"] | R["TABLE_CAPSULE"]
+TABLE_CAPSULE = R["TABLE"] | R["HANDOFF"] | R["CAPSULE"]
 
 
-def _table_target(capsule_importer=None, **overrides):
+def _capsule_target(capsule_importer=None, **overrides):
     """A FastTarget for float32 host data whose importers record what they are given:
     the capsule importer imports with tb.from_dlpack; the importer of objects (for
     device memory) and the maker return tagged tuples."""
@@ -950,7 +949,7 @@ def _released_once(source):
 def test_a_table_capsule_route_gives_the_managed_tensor_to_the_importer():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     p = _TableSource(a)
-    target, seen = _table_target()
+    target, seen = _capsule_target()
     target.remember(_TableSource, TABLE_CAPSULE)
     before = _testing.table_calls()
     out = _core._fast_convert(target, p)
@@ -980,7 +979,7 @@ def test_a_table_capsule_route_gives_the_managed_tensor_to_the_importer():
 )
 def test_a_table_capsule_the_target_does_not_plainly_take_is_read_here(array, fields, made):
     p = _TableSource(array, **fields)
-    target, seen = _table_target()
+    target, seen = _capsule_target()
     target.remember(_TableSource, TABLE_CAPSULE)
     out = _core._fast_convert(target, p)
     assert seen["capsules"] == [] and seen["objects"] == []
@@ -999,7 +998,7 @@ def test_misaligned_data_on_a_table_capsule_route_is_copied_in_c():
     view = buf[start : start + 8]
     view[:] = np.arange(8)
     p = _TableSource(view)
-    target, seen = _table_target(alignment=64)
+    target, seen = _capsule_target(alignment=64)
     target.remember(_TableSource, TABLE_CAPSULE)
     kind, t = _core._fast_convert(target, p)
     assert kind == "made" and t.data_ptr() % 64 == 0 and t.tolist() == list(range(8))
@@ -1013,7 +1012,7 @@ def test_device_memory_on_a_table_capsule_route_goes_as_the_source_object():
     # The table does not synchronise: the source object goes to the target's own
     # importer, which makes the stream handshake with it, as a plain handoff does.
     p = _TableSource(np.arange(4, dtype=np.float32), device=(2, 0))
-    target, seen = _table_target()
+    target, seen = _capsule_target()
     target.remember(_TableSource, TABLE_CAPSULE)
     assert _core._fast_convert(target, p) == ("imported", p)
     assert seen["capsules"] == [] and seen["objects"] == [p]
@@ -1033,7 +1032,7 @@ def test_a_capsule_importer_error_on_a_table_capsule_route(error, propagates):
         raise error()  # (a new one: a shared one's traceback would keep the capsule)
 
     p = _TableSource(np.arange(4, dtype=np.float32))
-    target, _ = _table_target(capsule_importer=refuse)
+    target, _ = _capsule_target(capsule_importer=refuse)
     target.remember(_TableSource, TABLE_CAPSULE)
     if propagates:
         with pytest.raises(error):
@@ -1049,19 +1048,153 @@ def test_a_table_that_refuses_on_a_table_capsule_route():
             raise BufferError("the fake table refuses")
 
     p = Refusing(np.arange(4, dtype=np.float32))
-    target, seen = _table_target()
+    target, seen = _capsule_target()
     target.remember(Refusing, TABLE_CAPSULE)
     assert _core._fast_convert(target, p) is None
     assert seen == {"capsules": [], "objects": [], "made": []}
 
 
-def test_table_capsule_routes_need_a_table_and_a_capsule_importer():
-    target, _ = _table_target()
+def test_capsule_routes_need_a_table_or_the_protocol_and_a_capsule_importer():
+    target, _ = _capsule_target()
     with pytest.raises(ValueError, match="cannot read"):
-        target.remember(type(numpy_producer(np.arange(2.0))), R["PROTOCOL"] | R["TABLE_CAPSULE"])
+        target.remember(np.ndarray, R["NDARRAY"] | R["CAPSULE"])
+    with pytest.raises(ValueError, match="cannot read"):
+        target.remember(Tensor, R["TENSOR"] | R["CAPSULE"])
     bare = _core.FastTarget(**FLOAT32_HOST, maker=lambda t: t)  # no capsule importer
-    with pytest.raises(ValueError, match="cannot read"):
-        bare.remember(_TableSource, TABLE_CAPSULE)
+    for tp, mode in [(_TableSource, TABLE_CAPSULE), (_CapsuleSource, PROTOCOL_CAPSULE)]:
+        with pytest.raises(ValueError, match="cannot read"):
+            bare.remember(tp, mode)
+
+
+# -- capsule routes of protocol sources: asked here as the importer asks, checked ----
+
+
+PROTOCOL_CAPSULE = R["PROTOCOL"] | R["CAPSULE"]
+
+
+class _CapsuleSource(Producer):
+    """A producer type of its own (routes are per type) whose __dlpack__ records its
+    calls and gives a crafted legacy capsule of the array (fields overridable), whose
+    deleter calls are counted."""
+
+
+def _capsule_source(array, **fields):
+    return _CapsuleSource(
+        lambda **kw: capsule_of(array, versioned=False, **fields),
+        device=fields.get("device", (1, 0)),
+    )
+
+
+def test_a_capsule_route_asks_the_source_as_the_importer_does_and_passes_the_capsule():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    p = _capsule_source(a)
+    target, seen = _capsule_target()
+    target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    out = _core._fast_convert(target, p)
+    assert type(out) is Tensor and out.data_ptr() == a.ctypes.data and out.shape == (2, 3)
+    assert p.calls == [{}]  # __dlpack__() with no keywords, once
+    assert seen == {"capsules": ["dltensor"], "objects": [], "made": []}
+    assert p.counters[0].calls == 0  # the importer owns it now
+    del out
+    assert _released_once(p) == [(1, 0)]
+    assert target.route_of(p) == PROTOCOL_CAPSULE
+
+
+@pytest.mark.parametrize(
+    "array, fields, made, consumed",
+    [
+        # a dtype the target does not hold: read here, the planner gets the Tensor (the
+        # source is asked once)
+        (np.arange(4.0), {}, None, True),
+        # not C order, for a target with layout rules: the same
+        (np.arange(8, dtype=np.float32)[::2], {}, None, True),
+        # empty: read in full, taken as it is, made
+        (np.zeros(0, dtype=np.float32), {}, "view", True),
+        # sub-byte data in a legacy capsule (padded or not?): dropped unused, the
+        # planner asks for a versioned one
+        (np.zeros(4, dtype=np.uint8), {"dtype": (2, 4, 1)}, None, False),
+    ],
+)
+def test_a_protocol_capsule_the_target_does_not_plainly_take_is_read_here(
+    array, fields, made, consumed
+):
+    p = _capsule_source(array, **fields)
+    target, seen = _capsule_target()
+    target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    out = _core._fast_convert(target, p)
+    assert len(p.calls) == 1 and seen["capsules"] == [] and seen["objects"] == []
+    if made is None:
+        assert out is None  # the planner decides
+    else:
+        assert out[0] == "made" and out[1].shape == array.shape
+    del out
+    seen.clear()
+    # (consumed: released by the Tensor read; else by the capsule's own destructor)
+    assert _released_once(p) == [(1, 0 if consumed else 1)]
+    assert target.route_of(p) == PROTOCOL_CAPSULE  # (no refusal to remember)
+
+
+def test_misaligned_data_on_a_protocol_capsule_route_is_copied_in_c():
+    buf = np.zeros(80, dtype=np.float32)
+    start = next(i for i in range(16) if (buf.ctypes.data + 4 * i) % 64)
+    view = buf[start : start + 8]
+    view[:] = np.arange(8)
+    p = _capsule_source(view)
+    target, seen = _capsule_target(alignment=64)
+    target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    kind, t = _core._fast_convert(target, p)
+    assert kind == "made" and t.data_ptr() % 64 == 0 and t.tolist() == list(range(8))
+    assert seen["capsules"] == []
+    del t
+    seen.clear()
+    assert _released_once(p) == [(1, 0)]
+
+
+def test_device_memory_on_a_protocol_capsule_route_goes_to_the_planner():
+    # Asked with no stream, as the importer asks: the capsule is dropped unused and
+    # the planner asks again on the consumer's stream; the type is asked first from
+    # now on, so the route leaves it to the planner without asking.
+    p = fake_device_producer((2, 0))
+    p.__class__ = type("DeviceCapsuleSource", (Producer,), {})
+    target, seen = _capsule_target()
+    target.remember(type(p), PROTOCOL_CAPSULE)
+    assert _core._fast_convert(target, p) is None
+    assert p.calls == [{}] and seen == {"capsules": [], "objects": [], "made": []}
+    assert target.asks_device_first(p)
+    assert _core._fast_convert(target, p) is None
+    assert p.calls == [{}]
+
+
+@pytest.mark.parametrize(
+    "error, propagates",
+    [(ValueError, False), (MemoryError, True), (KeyboardInterrupt, True)],
+)
+def test_errors_on_a_protocol_capsule_route(error, propagates):
+    def refuse(capsule):
+        raise error()
+
+    def raising(**kw):
+        raise error()
+
+    p = _capsule_source(np.arange(4, dtype=np.float32))
+    target, _ = _capsule_target(capsule_importer=refuse)
+    target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    q = _CapsuleSource(raising)
+    for source in (p, q):  # the importer raises; the source's __dlpack__ raises
+        if propagates:
+            with pytest.raises(error):
+                _core._fast_convert(target, source)
+        else:
+            assert _core._fast_convert(target, source) is None  # the planner says what
+    assert _released_once(p) == [(1, 1)]  # unconsumed: released by its capsule, once
+
+
+def test_a_protocol_capsule_route_given_no_capsule_leaves_it_to_the_planner():
+    p = _CapsuleSource(lambda **kw: object())
+    target, seen = _capsule_target()
+    target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    assert _core._fast_convert(target, p) is None
+    assert p.calls == [{}] and seen == {"capsules": [], "objects": [], "made": []}
 
 
 # -- into tensorbridge itself: the route's read is the answer ----------------------

@@ -290,16 +290,22 @@ class Framework:
         """What carried routes call with a source they do not read first (a
         `_core._Carrier` standing for it, which checks the capsule the call asks
         for before passing it on): the framework's importer of objects, for targets
-        whose own import of a checked capsule is the fastest correct one; None: no
-        carried routes. See docs/design.md, "Routes"."""
+        whose own import of a checked capsule is the fastest correct one and that
+        have no `capsule_importer` (PyArrow); None: no carried routes. See
+        docs/design.md, "Routes"."""
         return None
 
     @classmethod
     def capsule_importer(cls) -> Any:
-        """Its importer of DLPack capsules, for targets whose importer reads exchange
-        tables (`importer_reads_tables`): a table source's managed tensor is then
-        checked here and given to it as a capsule, instead of asking the source its
-        dtype before a handoff. None: no such routes. See docs/design.md, "Routes"."""
+        """Its importer of DLPack capsules, which imports a capsule as its importer of
+        objects imports an object's ``__dlpack__()`` (a legacy capsule; MLX, tvm-ffi,
+        TensorFlow). Trusted sources read through ``__dlpack__`` are then asked here
+        as that importer asks them, and the capsule is checked before it is passed
+        on (instead of a `carry_importer`); for targets whose importer reads
+        exchange tables (`importer_reads_tables`), a table source's managed tensor is
+        checked here and given to it as a versioned capsule, instead of asking the
+        source its dtype before a handoff. None: no such routes. See docs/design.md,
+        "Routes"."""
         return None
 
     @classmethod

@@ -38,9 +38,10 @@ class MlxFramework(Framework):
             "float64 goes through mx.array(..., dtype=mx.float64); complex128 is refused",
         ),
         (
-            "mx.from_dlpack calls the producer's deleter without renaming a capsule, so a "
-            "capsule used twice is read after it was freed (a segfault)",
-            "tensorbridge never hands MLX a capsule, only a fresh object each time",
+            "mx.from_dlpack(obj) calls the deleter of the capsule obj gave it without "
+            "renaming that capsule, so a producer that gives out one capsule twice has it "
+            "read after it was freed (a segfault); a capsule given to it is renamed",
+            "tensorbridge hands MLX a capsule, or an object that gives a new capsule each time",
         ),
         (
             "MLX refuses negative strides",
@@ -53,7 +54,10 @@ class MlxFramework(Framework):
         return cls.module().from_dlpack
 
     @classmethod
-    def carry_importer(cls) -> Any:
+    def capsule_importer(cls) -> Any:
+        # It asks an object for __dlpack__() (a legacy capsule) and imports the
+        # capsule as it imports one it is given, except that it renames only the
+        # latter (the quirk above).
         return cls.importer()
 
     @classmethod

@@ -75,9 +75,8 @@ class TensorflowFramework(Framework):
         return lambda t: from_dlpack(to_dlpack(t))
 
     @classmethod
-    def carry_importer(cls) -> Any:
-        from_dlpack = cls.module().experimental.dlpack.from_dlpack
-        return lambda x: from_dlpack(x.__dlpack__())  # it takes capsules only
+    def capsule_importer(cls) -> Any:
+        return cls.module().experimental.dlpack.from_dlpack  # it takes capsules only
 
     @classmethod
     def make(cls, t: Tensor) -> Any:

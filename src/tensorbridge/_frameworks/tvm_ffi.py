@@ -52,9 +52,7 @@ class TvmFfiFramework(Framework):
         return cls.module().from_dlpack
 
     @classmethod
-    def carry_importer(cls) -> Any:
-        return cls.importer()
-
-    @classmethod
     def capsule_importer(cls) -> Any:
-        return cls.importer()  # (a capsule or an object: the same managed-tensor import)
+        # A capsule or an object: the same managed-tensor import (an object with no
+        # exchange table is asked __dlpack__(), a legacy capsule).
+        return cls.importer()
