@@ -741,6 +741,12 @@ def _route_text(
             f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked "
             "(as a tensorbridge Tensor when it is out of the ordinary, such as empty)"
         )
+    elif mode & (_ROUTE["CARRY"] | _ROUTE["CAPSULE"]) and fast.uncarried(obj):
+        text = (
+            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
+            f"by {framework.name} (data of this type was refused on the way to "
+            f"{framework.name}'s importer before)"
+        )
     elif mode & _ROUTE["CAPSULE"]:
         text = (
             f"in C after the first call: the source is asked for a capsule as "
@@ -756,12 +762,6 @@ def _route_text(
         if read_copied:
             text += "; data it cannot take as it is (as here) is planned"
         return text
-    elif mode & _ROUTE["CARRY"] and fast.uncarried(obj):
-        text = (
-            f"in C after the first call: read through {_READERS[mode & 7]}, then made "
-            f"by {framework.name} ({framework.name}'s importer was refused data of this "
-            "type before)"
-        )
     elif mode & _ROUTE["CARRY"]:
         text = (
             f"in C after the first call: {framework.name}'s own importer asks the source, "

@@ -388,8 +388,10 @@ cdef class FastTarget:
             return      # a type without a tag cannot be cached safely
         cdef _RouteSlot* slot = self._slot(<void*>ctp, True)
         if (slot.tp == <void*>ctp and slot.tag == ctp.tp_version_tag and slot.uncarried
-                and slot.epoch == _route_epoch):
-            mode &= ~ROUTE_CARRY    # a carrier was refused for this type: stays so
+                and slot.epoch == _route_epoch and read == ROUTE_PROTOCOL):
+            # A carrier, or a capsule asked as the importer asks, was refused for this
+            # type: it stays read here.
+            mode &= ~(ROUTE_CARRY | ROUTE_CAPSULE)
         else:
             slot.uncarried = False
         slot.tp = <void*>ctp
@@ -465,15 +467,16 @@ cdef class FastTarget:
         return self._read_and_make(mode & ROUTE_READ_MASK, obj)
 
     cdef void _uncarry(self, object obj) noexcept:
+        """Objects of type(obj) read through __dlpack__ are read here from now on."""
         cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
         cdef _RouteSlot* slot = self._slot(<void*>tp, False)
         if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag:
-            slot.mode &= ~ROUTE_CARRY
+            slot.mode &= ~(ROUTE_CARRY | ROUTE_CAPSULE)
             slot.uncarried = True
 
     def uncarried(self, obj):
-        """True when a carrier was refused for type(obj): its route reads here
-        (explain)."""
+        """True when a carrier, or a capsule asked as the importer asks, was refused
+        for type(obj): its route reads here (explain)."""
         cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
         cdef _RouteSlot* slot = self._slot(<void*>tp, False)
         return bool(slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.uncarried)
@@ -602,7 +605,14 @@ cdef class FastTarget:
         if type_flags & TI_STREAM:
             return None
         capsule = _dlpack_or_none(obj)
-        if capsule is None or not PyCapsule_CheckExact(capsule):
+        if capsule is None:
+            # Refused when asked as the importer asks (NumPy refuses read-only arrays a
+            # legacy capsule, which cannot say read-only): read here, as from_dlpack
+            # asks, and so are the objects of this type from now on (a refusal costs
+            # an exception a call).
+            self._uncarry(obj)
+            return self._read_and_make(ROUTE_PROTOCOL, obj)
+        if not PyCapsule_CheckExact(capsule):
             return None     # the planner asks again, and says what is wrong
         if self.plainly_takes(capsule):
             return _call_or_none(self.capsule_importer, capsule)    # None: the planner

@@ -1189,6 +1189,52 @@ def test_errors_on_a_protocol_capsule_route(error, propagates):
     assert _released_once(p) == [(1, 1)]  # unconsumed: released by its capsule, once
 
 
+def test_a_source_that_refuses_the_importer_s_request_is_read_here_from_then_on():
+    # NumPy refuses to export a read-only array as a legacy capsule (which cannot say
+    # read-only): asked as the importer asks, it raises; the route then reads it as
+    # from_dlpack asks (max_version), and does so for its type from then on.
+    a = np.arange(4, dtype=np.float32)
+
+    def make(**kw):
+        if "max_version" not in kw:
+            raise BufferError("cannot export as a legacy capsule")
+        return capsule_of(a, flags=1)  # DLPACK_FLAG_BITMASK_READ_ONLY
+
+    p = _CapsuleSource(make)
+    p.__class__ = type("ReadOnlySource", (_CapsuleSource,), {})
+    target, seen = _capsule_target()
+    target.remember(type(p), PROTOCOL_CAPSULE)
+    out = _core._fast_convert(target, p)
+    assert seen["capsules"] == [] and out[0] == "made"
+    assert out[1].data_ptr() == a.ctypes.data and out[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert [sorted(kw) for kw in p.calls] == [[], ["max_version"]]
+    assert target.route_of(p) == R["PROTOCOL"] and target.uncarried(p)
+    _core._fast_convert(target, p)
+    assert [sorted(kw) for kw in p.calls][2:] == [["max_version"]]  # asked once now
+    target.remember(type(p), PROTOCOL_CAPSULE)  # decided again: the refusal stays
+    assert target.route_of(p) == R["PROTOCOL"]
+
+
+@needs("mlx")
+def test_read_only_numpy_memory_reaches_mlx_on_its_route(no_planner, monkeypatch, tmp_path):
+    import mlx.core as mx
+
+    path = tmp_path / "data"
+    np.arange(6, dtype=np.float32).tofile(path)
+    m = np.memmap(path, dtype=np.float32, mode="r")  # read-only, a subclass of ndarray
+    _core.clear_routes()
+    assert tb.convert(m, "mlx").tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    no_planner("mlx")
+    out = tb.convert(m, "mlx")  # refused as mlx asks: read here instead, in C
+    assert out.dtype == mx.float32 and out.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert fast("mlx").route_of(m) == R["PROTOCOL"] and fast("mlx").uncarried(m)
+    assert tb.convert(m, "mlx").tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    monkeypatch.undo()  # (explain asks the planner)
+    assert "refused on the way to mlx's importer" in tb.explain(m, "mlx").route
+    del m, out
+    gc.collect()
+
+
 def test_a_protocol_capsule_route_given_no_capsule_leaves_it_to_the_planner():
     p = _CapsuleSource(lambda **kw: object())
     target, seen = _capsule_target()
