@@ -464,6 +464,8 @@ cdef class FastTarget:
             return self._hand_off(mode, obj)
         if mode & ROUTE_CARRY:
             return self._carry(obj)
+        if mode == ROUTE_TENSOR:
+            return self._make_read(<Tensor>obj, False)  # (the Tensor is the read)
         return self._read_and_make(mode & ROUTE_READ_MASK, obj)
 
     cdef void _uncarry(self, object obj) noexcept:
@@ -793,7 +795,6 @@ cdef class FastTarget:
         copy (the data is only misaligned, which the planner copies too); TAKES_NO:
         the planner decides."""
         cdef int i
-        cdef int64_t size = t._size()
         if t._device.device_type != kDLCPU or not self.accept[t._dtype.code][t._dtype.bits]:
             return TAKES_NO
         if t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED):
@@ -803,7 +804,7 @@ cdef class FastTarget:
             return TAKES_NO
         if t._byte_offset != 0 and not self.offset_ok:
             return TAKES_NO
-        if self.any_layout or size <= 1 or t._c_contiguous():
+        if self.any_layout or t._size() <= 1 or t._c_contiguous():
             pass
         elif not (self.noncompact and self.permuted):
             return TAKES_NO    # leave the finer layout rules to the planner
@@ -811,7 +812,7 @@ cdef class FastTarget:
             for i in range(t._ndim):
                 if t._shape[i] > 1 and t._strides[i] < 0:
                     return TAKES_NO
-        if self.alignment and size and (<uintptr_t>t._ptr()) % self.alignment:
+        if self.alignment and t._size() and (<uintptr_t>t._ptr()) % self.alignment:
             return TAKES_COPY
         return TAKES_YES
 
