@@ -36,7 +36,8 @@ include "_indexing.pxi"       # basic indexing as views
 include "_ownership.pxi"      # adopt, call deleters once, the deferral queue
 include "_alloc.pxi"          # allocation, strided copies, views
 include "_capsules.pxi"       # __dlpack__ arguments, consume, export, inspect
-include "_buffers.pxi"        # buffer protocol, PEP 3118 formats, NumPy arrays
+include "_buffers.pxi"        # buffer protocol, PEP 3118 formats, NumPy arrays in
+include "_ndarray.pxi"        # NumPy arrays out, through NumPy's C API table
 include "_arrow.pxi"          # the Arrow C data interface: arrays and streams in
 include "_sequences.pxi"      # nested Python sequences
 include "_quirks.pxi"         # producer quirks at C speed (PyTorch bit views)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * Host memory in: the PEP 3118 buffer formats as one table read both ways, and
- * the head of NumPy's array struct.
+ * Host memory: the PEP 3118 buffer formats as one table read both ways, the
+ * head of NumPy's array struct, and the slots of NumPy's C API table that make
+ * an array.
  */
 #ifndef TENSORBRIDGE_HOST_H_
 #define TENSORBRIDGE_HOST_H_
@@ -118,6 +119,85 @@ static inline int tb_npy_dtype(int type_num, uint8_t *code, uint8_t *bits) {
     case 23: *code = kDLFloat; *bits = 16; return 1;
     default: return 0;
   }
+}
+
+/* NumPy type number of a DLPack type NumPy has natively; -1 otherwise. The
+ * sized types NumPy's own DLPack import gives (int64 is NPY_LONG where long has
+ * 64 bits, else NPY_LONGLONG). */
+static inline int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) {
+  if (lanes != 1) return -1;
+  switch (code) {
+    case kDLBool: return bits == 8 ? 0 : -1;
+    case kDLInt:
+      switch (bits) {
+        case 8: return 1;
+        case 16: return 3;
+        case 32: return sizeof(int) == 4 ? 5 : -1;
+        case 64: return sizeof(long) == 8 ? 7 : 9;
+        default: return -1;
+      }
+    case kDLUInt:
+      switch (bits) {
+        case 8: return 2;
+        case 16: return 4;
+        case 32: return sizeof(int) == 4 ? 6 : -1;
+        case 64: return sizeof(long) == 8 ? 8 : 10;
+        default: return -1;
+      }
+    case kDLFloat: return bits == 16 ? 23 : bits == 32 ? 11 : bits == 64 ? 12 : -1;
+    case kDLComplex: return bits == 64 ? 14 : bits == 128 ? 15 : -1;
+    default: return -1;
+  }
+}
+
+/* NumPy's C API table: the pointer array in the _ARRAY_API capsule of
+ * numpy._core._multiarray_umath (numpy.core._multiarray_umath in NumPy 1.x) that
+ * every NumPy C extension imports. The slots used here, at the indices NumPy's ABI
+ * fixes (numpy/__multiarray_api.h; the same in NumPy 1.x and 2.x): */
+#define TB_NPY_API_ABI_VERSION 0      /* unsigned int (void) */
+#define TB_NPY_API_NDARRAY 2          /* PyTypeObject: numpy.ndarray */
+#define TB_NPY_API_DESCR_FROM_TYPE 45 /* PyArray_DescrFromType */
+#define TB_NPY_API_NEW_FROM_DESCR 94  /* PyArray_NewFromDescr */
+#define TB_NPY_API_SET_BASE 282       /* PyArray_SetBaseObject */
+#define TB_NPY_ABI_1 0x01000009u
+#define TB_NPY_ABI_2 0x02000000u
+#define TB_NPY_MAXDIMS 32 /* NumPy 1.x's limit (2.x: 64) */
+
+static inline unsigned int tb_npy_abi_version(void **api) {
+  return ((unsigned int (*)(void))api[TB_NPY_API_ABI_VERSION])();
+}
+
+static inline int tb_npy_is_ndarray_type(void **api, PyObject *tp) {
+  return api[TB_NPY_API_NDARRAY] == (void *)tp;
+}
+
+/* A numpy.ndarray over `data` (strides in bytes), writable or not, whose base is
+ * `base`: the array numpy.from_dlpack makes, without a capsule. Steals the
+ * reference to base (also on failure); NULL with an exception set on failure. */
+static inline PyObject *tb_npy_view(void **api, int type_num, int nd, const Py_ssize_t *dims,
+                                    const Py_ssize_t *strides, void *data, int writable,
+                                    PyObject *base) {
+  PyObject *descr = ((PyObject * (*)(int)) api[TB_NPY_API_DESCR_FROM_TYPE])(type_num);
+  if (descr == NULL) {
+    Py_DECREF(base);
+    return NULL;
+  }
+  /* NewFromDescr steals descr; with data given, flags are the array's flags
+   * (contiguity and alignment are computed from the strides). */
+  PyObject *array = ((PyObject * (*)(PyTypeObject *, PyObject *, int, const Py_ssize_t *,
+                                      const Py_ssize_t *, void *, int, PyObject *))
+                         api[TB_NPY_API_NEW_FROM_DESCR])(
+      (PyTypeObject *)api[TB_NPY_API_NDARRAY], descr, nd, dims, strides, data,
+      writable ? TB_NPY_WRITEABLE : 0, NULL);
+  if (array == NULL) {
+    Py_DECREF(base);
+    return NULL;
+  }
+  if (((int (*)(PyObject *, PyObject *))api[TB_NPY_API_SET_BASE])(array, base) < 0) {
+    Py_DECREF(array); /* (SetBaseObject stole base) */
+    return NULL;
+  }
+  return array;
 }
 
 #endif /* TENSORBRIDGE_HOST_H_ */

@@ -87,6 +87,7 @@ cdef enum:
     MAKE_IDENTITY = 1
     MAKE_CALL = 2
     MAKE_BY_NDIM = 3        # maker is (for 1-d tensors, for the others)
+    MAKE_NDARRAY = 4        # through NumPy's C API table (else the importer)
 
 cdef unsigned int _route_epoch = 1
 
@@ -312,7 +313,9 @@ cdef class FastTarget:
     # is the answer, with no takes() and no make().
     cdef bint takes_any_host
     cdef int64_t alignment
-    cdef object maker       # None: the table; "identity": the Tensor; (1-d, n-d); else maker(t)
+    # None: the table; "identity": the Tensor; "ndarray": NumPy's C API; (1-d, n-d);
+    # else maker(t)
+    cdef object maker
     cdef int make_kind      # MAKE_*, from maker
     cdef object importer    # the target's own from_dlpack, for handoffs (or None)
     cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
@@ -330,11 +333,18 @@ cdef class FastTarget:
         self.capsule_importer = capsule_importer
         self.make_kind = (MAKE_TABLE if maker is None else
                           MAKE_IDENTITY if isinstance(maker, str) and maker == "identity" else
+                          MAKE_NDARRAY if isinstance(maker, str) and maker == "ndarray" else
                           MAKE_BY_NDIM if type(maker) is tuple else
                           MAKE_CALL)
         if self.make_kind == MAKE_BY_NDIM and not (
                 len(maker) == 2 and callable(maker[0]) and callable(maker[1])):
             raise TypeError(f"a maker tuple is (for 1-d tensors, for the others); got {maker!r}")
+        if self.make_kind == MAKE_NDARRAY and not callable(importer):
+            raise TypeError("the maker 'ndarray' needs an importer (numpy.from_dlpack) where "
+                            "NumPy's C API does not make the array")
+        if self.make_kind == MAKE_CALL and not callable(maker):
+            raise TypeError(f"a maker is None, 'identity', 'ndarray', a pair of callables or "
+                            f"a callable; got {maker!r}")
         self.importer = importer
         self.guard64 = guard64
         self.api = NULL
@@ -786,6 +796,11 @@ cdef class FastTarget:
         if self.make_kind == MAKE_IDENTITY:
             return t
         args[0] = <PyObject*>t
+        if self.make_kind == MAKE_NDARRAY:
+            result = _ndarray_of(t)
+            if result is not None:
+                return result
+            return PyObject_Vectorcall(self.importer, args, 1, NULL)
         if self.make_kind == MAKE_BY_NDIM:
             return PyObject_Vectorcall((<tuple>self.maker)[0 if t._ndim == 1 else 1], args, 1, NULL)
         return PyObject_Vectorcall(self.maker, args, 1, NULL)

@@ -446,7 +446,11 @@ cdef class Tensor:
         return result
 
     def numpy(self):
-        """A NumPy array sharing this tensor's memory (read-only stays read-only)."""
+        """A NumPy array sharing this tensor's memory (read-only stays read-only);
+        its ``base`` is this tensor."""
+        result = _ndarray_of(self)      # NumPy's C API (None: ml_dtypes types...)
+        if result is not None:
+            return result
         return _numpy_ops().to_numpy(self)
 
     def __array__(self, dtype=None, copy=None):

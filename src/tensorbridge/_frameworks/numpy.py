@@ -25,7 +25,10 @@ class NumpyFramework(Framework):
     host_only = True
     readonly = "flag"
     own_types = ("numpy.ndarray",)
-    path = "numpy.from_dlpack (a NumPy view through the buffer protocol for ml_dtypes types)"
+    path = (
+        "a NumPy view made through NumPy's C API, as numpy.from_dlpack makes it "
+        "(numpy.from_dlpack where that is unusable; the buffer protocol for ml_dtypes types)"
+    )
     quirks = (
         (
             "numpy.from_dlpack cannot import bfloat16 or float8 (NumPy 2.4 has no DLPack "
@@ -69,9 +72,15 @@ class NumpyFramework(Framework):
         return None
 
     @classmethod
+    def fast_maker(cls) -> Any:
+        # NumPy's C API table (with numpy.from_dlpack, the importer, where it is
+        # unusable): the array numpy.from_dlpack makes, without the capsule between.
+        return "ndarray"
+
+    @classmethod
     def make(cls, t: Tensor) -> Any:
         if t.dtype.name in STANDARD:
-            return cls.module().from_dlpack(t)
+            return cls.fast_target()(t)  # as routes make it
         return t.numpy()  # ml_dtypes types, which numpy.from_dlpack cannot import
 
     @classmethod
