@@ -35,7 +35,10 @@ def _loop(
 
 
 def calibrate(fn, target: float = 0.02) -> int:
-    """Calls per sample so that one sample takes about `target` seconds."""
+    """Calls per sample so that one sample takes about `target` seconds (after one
+    untimed call: a first call that decides or imports something would otherwise
+    make every sample a single call)."""
+    _loop(fn, 1)
     number = 1
     while True:
         start = time.perf_counter()

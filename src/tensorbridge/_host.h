@@ -121,9 +121,9 @@ static inline int tb_npy_dtype(int type_num, uint8_t *code, uint8_t *bits) {
   }
 }
 
-/* NumPy type number of a DLPack type NumPy has natively; -1 otherwise. The
- * sized types NumPy's own DLPack import gives (int64 is NPY_LONG where long has
- * 64 bits, else NPY_LONGLONG). */
+/* NumPy type number of a DLPack type NumPy has natively; -1 otherwise. The type
+ * numbers NumPy's own DLPack import gives (its NPY_INT32/NPY_INT64...: NPY_LONG
+ * where long has that size, else NPY_INT or NPY_LONGLONG). */
 static inline int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) {
   if (lanes != 1) return -1;
   switch (code) {
@@ -132,7 +132,7 @@ static inline int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) {
       switch (bits) {
         case 8: return 1;
         case 16: return 3;
-        case 32: return sizeof(int) == 4 ? 5 : -1;
+        case 32: return sizeof(long) == 4 ? 7 : sizeof(int) == 4 ? 5 : -1;
         case 64: return sizeof(long) == 8 ? 7 : 9;
         default: return -1;
       }
@@ -140,7 +140,7 @@ static inline int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) {
       switch (bits) {
         case 8: return 2;
         case 16: return 4;
-        case 32: return sizeof(int) == 4 ? 6 : -1;
+        case 32: return sizeof(long) == 4 ? 8 : sizeof(int) == 4 ? 6 : -1;
         case 64: return sizeof(long) == 8 ? 8 : 10;
         default: return -1;
       }
@@ -159,11 +159,18 @@ static inline int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) {
 #define TB_NPY_API_DESCR_FROM_TYPE 45 /* PyArray_DescrFromType */
 #define TB_NPY_API_NEW_FROM_DESCR 94  /* PyArray_NewFromDescr */
 #define TB_NPY_API_SET_BASE 282       /* PyArray_SetBaseObject */
-#define TB_NPY_ABI_1 0x01000009u
+#define TB_NPY_ABI_1 0x01000009u /* and its dimension limit: */
+#define TB_NPY_MAXDIMS_1 32
 #define TB_NPY_ABI_2 0x02000000u
-#define TB_NPY_MAXDIMS 32 /* NumPy 1.x's limit (2.x: 64) */
+#define TB_NPY_MAXDIMS_2 64
 
+/* NumPy's ABI version, or 0 when a slot used here is empty. */
 static inline unsigned int tb_npy_abi_version(void **api) {
+  if (api[TB_NPY_API_ABI_VERSION] == NULL || api[TB_NPY_API_NDARRAY] == NULL ||
+      api[TB_NPY_API_DESCR_FROM_TYPE] == NULL || api[TB_NPY_API_NEW_FROM_DESCR] == NULL ||
+      api[TB_NPY_API_SET_BASE] == NULL) {
+    return 0;
+  }
   return ((unsigned int (*)(void))api[TB_NPY_API_ABI_VERSION])();
 }
 

@@ -24,7 +24,7 @@ cdef extern from "_host.h" nogil:
     bint tb_npy_dtype(int type_num, uint8_t* code, uint8_t* bits) noexcept
     int tb_npy_type_num(uint8_t code, uint8_t bits, uint16_t lanes) noexcept
     unsigned int TB_NPY_ABI_1, TB_NPY_ABI_2
-    int TB_NPY_MAXDIMS
+    int TB_NPY_MAXDIMS_1, TB_NPY_MAXDIMS_2
     unsigned int tb_npy_abi_version(void** api) noexcept
     bint tb_npy_is_ndarray_type(void** api, PyObject* tp) noexcept
 

@@ -11,18 +11,20 @@ from tensorbridge._cpython cimport *
 from tensorbridge._host cimport *
 
 # 1: NumPy's C API table is loaded and made probe arrays as the buffer protocol
-# describes them; -1: unusable here (not found, another ABI, or a disagreement);
-# 0: not loaded yet.
+# describes them; -1: unusable here (not found, another ABI, or a disagreement),
+# or turned off; 0: not loaded yet (threads making their first arrays together
+# may each load it: loading is idempotent).
 cdef int _npy_api_state = 0
 cdef void** _npy_api = NULL
+cdef int _npy_maxdims = 0               # the NumPy running's dimension limit
 cdef object _npy_api_capsule = None     # the table's owner (NumPy's module keeps it too)
 
 
 cdef object _ndarray_of(Tensor t):
     """A numpy.ndarray of t's memory whose base is t (read-only stays read-only), or
     None where NumPy's C API does not make it here: memory that is not the CPU's, a
-    dtype NumPy lacks (ml_dtypes types, sub-byte data), more dimensions than NumPy 1.x
-    holds, no data pointer, or an unusable table."""
+    dtype NumPy lacks (ml_dtypes types, sub-byte data), more dimensions than the NumPy
+    running holds, no data pointer, or an unusable table."""
     if _npy_api_state != 1 and not _load_npy_api():
         return None
     return _ndarray_view(t)
@@ -35,7 +37,7 @@ cdef object _ndarray_view(Tensor t):
     cdef Py_ssize_t item = t._dtype.bits // 8
     cdef char* data = t._ptr()
     cdef int i
-    if type_num < 0 or t._device.device_type != kDLCPU or t._ndim > TB_NPY_MAXDIMS \
+    if type_num < 0 or t._device.device_type != kDLCPU or t._ndim > _npy_maxdims \
             or data == NULL:
         return None
     for i in range(t._ndim):
@@ -47,13 +49,22 @@ cdef object _ndarray_view(Tensor t):
 
 
 cdef bint _load_npy_api() except -1:
-    """Loads NumPy's C API table once (importing NumPy); True when it is usable."""
-    global _npy_api_state, _npy_api, _npy_api_capsule
-    cdef void** api
-    cdef unsigned int abi
+    """Loads NumPy's C API table once (importing NumPy); True when it is usable.
+    (The state is written last: another thread that asks meanwhile loads it too.)"""
+    global _npy_api_state
     if _npy_api_state != 0:
         return _npy_api_state == 1
-    _npy_api_state = -1
+    if not _npy_api_usable():
+        _npy_api_state = -1
+        return False
+    _npy_api_state = 1
+    return True
+
+
+cdef bint _npy_api_usable() except -1:
+    global _npy_api, _npy_maxdims, _npy_api_capsule
+    cdef void** api
+    cdef unsigned int abi
     try:
         import numpy
         try:
@@ -69,17 +80,14 @@ cdef bint _load_npy_api() except -1:
         api = <void**>PyCapsule_GetPointer(capsule, NULL)     # (NumPy names it NULL)
     except ValueError:
         return False
-    abi = tb_npy_abi_version(api)
+    abi = tb_npy_abi_version(api)      # (0: a slot used here is empty)
     if (abi != TB_NPY_ABI_1 and abi != TB_NPY_ABI_2) or \
             not tb_npy_is_ndarray_type(api, <PyObject*>numpy.ndarray):
         return False
-    _npy_api = api
-    if not _npy_probes_agree(numpy.ndarray):
-        _npy_api = NULL
-        return False
     _npy_api_capsule = capsule
-    _npy_api_state = 1
-    return True
+    _npy_api = api
+    _npy_maxdims = TB_NPY_MAXDIMS_1 if abi == TB_NPY_ABI_1 else TB_NPY_MAXDIMS_2
+    return _npy_probes_agree(numpy.ndarray)
 
 
 cdef bint _npy_probes_agree(object ndarray):
@@ -107,6 +115,8 @@ cdef bint _npy_probes_agree(object ndarray):
         try:
             array = _ndarray_view(view)
             seen = _import_ndarray_buffer(array)
+        except MemoryError:
+            raise       # not NumPy's answer: the next call loads it again
         except Exception:
             return False
         if type(array) is not ndarray or array.base is not view or \

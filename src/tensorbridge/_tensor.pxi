@@ -446,8 +446,9 @@ cdef class Tensor:
         return result
 
     def numpy(self):
-        """A NumPy array sharing this tensor's memory (read-only stays read-only);
-        its ``base`` is this tensor."""
+        """A NumPy array sharing this tensor's memory (read-only stays read-only).
+        Its ``base`` is this tensor where NumPy's C API makes it (CPU memory of
+        NumPy's own dtypes); else the buffer protocol's view."""
         result = _ndarray_of(self)      # NumPy's C API (None: ml_dtypes types...)
         if result is not None:
             return result

@@ -6,15 +6,16 @@ the same tensor (memory, dtype, shape, strides, flags) with the tensor as its ba
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from needs import needs
 
 import tensorbridge as tb
 from tensorbridge import _core, _testing
 from tensorbridge._frameworks import FRAMEWORKS
-
-from ..needs import needs
 
 DTYPES = [
     "bool",
@@ -56,13 +57,16 @@ def ptr(a):
     return a.__array_interface__["data"][0]
 
 
-def described(a):
+def described(a, exact_type=True):
+    # The type number too (int64 is both "l" and "q" on LP64, equal as dtypes; the
+    # buffer protocol's view, without the C API, says "q").
+    kind = (a.dtype, a.dtype.num, a.dtype.char) if exact_type else (a.dtype,)
     if a.size == 0:
         # The pointer and strides of no elements (numpy.from_dlpack allocates for
         # the NULL pointer DLPack exports of empty tensors, and makes that writable).
-        return (a.dtype, a.shape)
+        return (*kind, a.shape)
     return (
-        a.dtype,
+        *kind,
         a.shape,
         a.strides,
         ptr(a),
@@ -90,13 +94,33 @@ def test_numpy_view_is_what_numpy_from_dlpack_makes(dtype, layout, readonly, num
     expected = np.from_dlpack(t)
     for made in (t.numpy(), tb.convert(t, "numpy"), tb.convert(t, "numpy")):
         assert type(made) is np.ndarray
-        assert described(made) == described(expected)
+        assert described(made, numpy_api) == described(expected, numpy_api)
         assert np.array_equal(made, view)
-        if made.size or numpy_api:  # (numpy.from_dlpack: empty ones are writable)
+        if made.size or numpy_api:  # (numpy.from_dlpack: empty ones are its own)
             assert made.flags.writeable == (not t.readonly)
+            assert not made.flags.owndata
         if numpy_api:
             assert isinstance(made.base, tb.Tensor)
     assert (t.numpy().base is t) == numpy_api
+
+
+@pytest.mark.parametrize("offset", [1, 4, 8])
+def test_a_byte_offset_is_where_the_data_starts(offset, numpy_api):
+    data = bytearray(np.arange(16, dtype=np.uint8).tobytes())
+    capsule, _ = _testing.make_capsule(
+        data, shape=(2, 3), dtype=(1, 8, 1), byte_offset=offset, flags=1
+    )
+    t = tb.from_dlpack(capsule)
+    assert t.readonly
+    base = np.frombuffer(data, dtype=np.uint8)
+    expected = base[offset : offset + 6].reshape(2, 3)
+    for made in (t.numpy(), tb.convert(t, "numpy"), t[1:].numpy(), t.T[1:, 1:].numpy()):
+        assert np.shares_memory(made, base) and not made.flags.writeable
+    assert ptr(t.numpy()) == ptr(expected)
+    assert np.array_equal(t.numpy(), expected)
+    assert np.array_equal(tb.convert(t, "numpy"), expected)
+    assert np.array_equal(t[1:].numpy(), expected[1:])
+    assert np.array_equal(t.T[1:, 1:].numpy(), expected.T[1:, 1:])
 
 
 def test_writes_go_through_to_the_memory(numpy_api):
@@ -136,16 +160,32 @@ def test_the_array_keeps_the_producers_memory_alive(numpy_api):
 def test_a_tensor_without_a_data_pointer(numpy_api):
     capsule, _ = _testing.make_capsule(0, shape=(0, 3), strides=(3, 1))
     t = tb.from_dlpack(capsule)
-    made = t.numpy()
-    assert made.shape == (0, 3) and made.dtype == np.float32
-    assert tb.convert(t, "numpy").shape == (0, 3)
+    for made in (t.numpy(), tb.convert(t, "numpy")):
+        assert made.shape == (0, 3) and made.dtype == np.float32
+        if numpy_api:  # not given to NumPy's C API, which would allocate for NULL
+            assert not isinstance(made.base, tb.Tensor)
 
 
-def test_more_dimensions_than_numpy_1_holds():
-    data = np.arange(2.0).reshape((2,) + (1,) * 39)
+@pytest.mark.parametrize("ndim", [32, 40, 64])
+def test_as_many_dimensions_as_numpy_holds(ndim, numpy_api):
+    data = np.arange(2.0).reshape((2,) + (1,) * (ndim - 1))
     t = tb.from_dlpack(data)
+    numpy_2 = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
     for made in (t.numpy(), tb.convert(t, "numpy")):
         assert made.shape == data.shape and ptr(made) == ptr(data)
+        assert isinstance(made.base, tb.Tensor) == (numpy_api and (ndim <= 32 or numpy_2))
+
+
+def test_the_switch_says_its_previous_setting():
+    previous = _core.use_numpy_api(False)
+    try:
+        assert _core.use_numpy_api(False) is False
+        assert _core.use_numpy_api(True) is False
+        t = tb.from_dlpack(np.arange(3.0))
+        assert t.numpy().base is t  # loaded again, and checked
+        assert _core.use_numpy_api(True) is True
+    finally:
+        _core.use_numpy_api(previous)
 
 
 def test_device_memory_has_no_numpy_view(numpy_api):
@@ -197,3 +237,31 @@ def test_the_ndarray_maker_needs_an_importer_to_fall_back_on():
     t = tb.from_dlpack(np.arange(3.0))
     assert target(t).base is t
     assert FRAMEWORKS["numpy"].fast_target()(t).base is t
+
+
+def test_threads_making_their_first_arrays_together_all_use_the_c_api():
+    # A fresh process: the table is loaded by the first calls, which race here.
+    script = """
+import threading
+import numpy as np
+import tensorbridge as tb
+
+ts = [tb.from_dlpack(np.arange(3.0)) for _ in range(4)]
+start = threading.Barrier(4)
+bases = [None] * 4
+
+def first(i):
+    start.wait()
+    bases[i] = ts[i].numpy().base is ts[i]
+
+threads = [threading.Thread(target=first, args=(i,)) for i in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(bases)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[True, True, True, True]"

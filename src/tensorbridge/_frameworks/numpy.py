@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""NumPy as a bridge target and a source: a NumPy view of the memory, through the
-buffer protocol, with ml_dtypes types for bfloat16 and float8."""
+"""NumPy as a bridge target and a source: a NumPy view of the memory, made through
+NumPy's C API (the buffer protocol for the ml_dtypes types bfloat16 and float8), or
+numpy.from_dlpack given the source object."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class NumpyFramework(Framework):
     readonly = "flag"
     own_types = ("numpy.ndarray",)
     path = (
-        "a NumPy view made through NumPy's C API, as numpy.from_dlpack makes it "
-        "(numpy.from_dlpack where that is unusable; the buffer protocol for ml_dtypes types)"
+        "numpy.from_dlpack, or the same view made through NumPy's C API where "
+        "tensorbridge hands the memory over itself (the buffer protocol for ml_dtypes types)"
     )
     quirks = (
         (
