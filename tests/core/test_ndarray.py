@@ -16,23 +16,9 @@ from needs import needs
 import tensorbridge as tb
 from tensorbridge import _core, _testing
 from tensorbridge._frameworks import FRAMEWORKS
+from tensorbridge._frameworks.base import STANDARD
 
-DTYPES = [
-    "bool",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+DTYPES = sorted(STANDARD)  # NumPy's own dtypes
 
 LAYOUTS = {
     "contiguous": lambda a: a,
