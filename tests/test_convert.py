@@ -4,6 +4,9 @@ framework's own facts and quirks are in test_frameworks.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from needs import needs
@@ -216,3 +219,53 @@ def test_requires_grad_on_a_tensor_that_cannot_is_refused_by_both():
     with pytest.raises(ValueError, match="floating-point"):
         tb.convert(ints, "torch", requires_grad=True)
     assert not ints.requires_grad
+
+
+def test_threads_converting_while_numpy_is_imported_all_succeed():
+    # A fresh process where NumPy is not imported yet: the first conversions into it
+    # race its import (a partly imported module has no ndarray yet).
+    script = """
+import array, sys, threading
+import tensorbridge as tb
+
+assert "numpy" not in sys.modules
+t = tb.asarray(array.array("f", range(6)))
+start = threading.Barrier(4)
+results = [None] * 4
+
+def first(i):
+    start.wait()
+    results[i] = tb.convert(t, "numpy").tolist()
+
+threads = [threading.Thread(target=first, args=(i,)) for i in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(results)
+"""
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        assert out.stdout.strip() == str([[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 4)
+
+
+def test_a_module_counts_as_loaded_once_its_import_is_complete(monkeypatch):
+    import importlib.machinery
+    import types
+
+    from tensorbridge._known_types import loaded
+
+    module = types.ModuleType("tb_half_imported")
+    module.__spec__ = importlib.machinery.ModuleSpec("tb_half_imported", None)
+    module.__spec__._initializing = True  # what CPython sets while it runs the module
+    monkeypatch.setitem(sys.modules, "tb_half_imported", module)
+    assert loaded("tb_half_imported") is None
+    module.__spec__._initializing = False
+    assert loaded("tb_half_imported") is module
+    module.__spec__ = None  # (a module made by hand has no spec)
+    assert loaded("tb_half_imported") is module
+    assert loaded("tb_never_imported") is None
+    assert loaded("numpy") is np

@@ -157,7 +157,7 @@ cdef bint _default_float_errors() except -1:
     """NumPy's floating-point error handling is its default (overflow and invalid
     warn, underflow ignored), or NumPy is not loaded: the C casts report as NumPy then
     would."""
-    numpy = _sys.modules.get("numpy")
+    numpy = _loaded("numpy")
     if numpy is None:
         return True
     errors = numpy.geterr()

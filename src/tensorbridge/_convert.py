@@ -12,7 +12,6 @@ rest to `convert_general`. See docs/design.md, "Bridges".
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 from typing import Any
 
@@ -23,7 +22,7 @@ from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
 from tensorbridge._errors import said_by
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 from tensorbridge._frameworks.base import writable_view
-from tensorbridge._known_types import repeatable_arrow_stream
+from tensorbridge._known_types import loaded, repeatable_arrow_stream
 from tensorbridge._targets import TargetName
 
 __all__ = ["Plan", "TargetName", "convert_general", "explain"]
@@ -559,7 +558,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     tp = type(obj)
     if target.owns(obj):
         return _ROUTE["SAME"]  # its own array: returned as it is
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     exact_ndarray = numpy is not None and tp is numpy.ndarray
     source = framework_of(obj)
     if tp is Tensor:

@@ -17,6 +17,7 @@ from tensorbridge._dtypes import (
     default_complex,
     get_default_dtype,
 )
+from tensorbridge._known_types import loaded
 
 TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ def _from_array_protocol(obj: Any, copy: bool | None) -> Any:
                 f"asarray(): copy=False, but {name} can only give a copy ({exc})"
             ) from exc
         raise
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     if numpy is None or not isinstance(array, numpy.ndarray):
         raise TypeError(
             f"asarray(): {name}.__array__() returned {type(array).__name__}, not a NumPy array"
@@ -372,7 +373,7 @@ def _dtype_fix(dtype: Any) -> str:
 
 
 def _is_plain_ndarray(obj: Any) -> bool:
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     return numpy is not None and isinstance(obj, numpy.ndarray) and not _is_ml_dtypes_array(obj)
 
 
@@ -394,13 +395,13 @@ def _numpy_ready(array: Any, copy: bool | None) -> tuple[Any, bool]:
 
 
 def _is_numpy_scalar(obj: Any) -> bool:
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     return numpy is not None and isinstance(obj, numpy.generic)
 
 
 def _is_ml_dtypes_array(obj: Any) -> bool:
     """A NumPy array of an ml_dtypes type (NumPy cannot export those over DLPack)."""
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     return (
         numpy is not None
         and isinstance(obj, numpy.ndarray)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from tensorbridge._known_types import loaded
+
 TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
@@ -214,7 +216,7 @@ def _is_dtype_like(obj: Any) -> bool:
         return True
     if hasattr(obj, "shape"):
         return False  # an array (np.dtype(array) would read its .dtype)
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     if numpy is not None and isinstance(obj, numpy.dtype):
         return True
     module = getattr(type(obj), "__module__", "") or ""
@@ -254,7 +256,7 @@ def as_dtype(obj: Any) -> DType:
             if found is not None:
                 return found
             raise TypeError(f"dtype {obj!r} has no DLPack equivalent")
-    numpy = sys.modules.get("numpy")
+    numpy = loaded("numpy")
     if numpy is not None:
         try:
             np_dtype = numpy.dtype(obj)

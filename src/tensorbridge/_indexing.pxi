@@ -8,8 +8,6 @@ from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 from tensorbridge._memory cimport *
 
-import sys as _sys
-
 
 cdef inline bint _is_packed(Tensor t) noexcept:
     return t._dtype.bits < 8 and not (t._flags & TB_FLAG_SUBBYTE_PADDED)
@@ -43,7 +41,7 @@ cdef int _apply_offset(Tensor v, int64_t elements) except -1:
 
 cdef bint _is_numpy_integer(object k):
     """A NumPy integer scalar (found through sys.modules: never imports NumPy)."""
-    numpy = _sys.modules.get("numpy")
+    numpy = _loaded("numpy")
     return numpy is not None and isinstance(k, numpy.integer)
 
 

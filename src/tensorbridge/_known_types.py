@@ -2,11 +2,31 @@
 """Facts about other frameworks that tensorbridge needs before it touches them,
 read from type and module names (no framework is imported): which producer types
 are immutable (computed once per type and cached by the compiled core), which Arrow
-streams can be asked again, and which import orders crash the process."""
+streams can be asked again, which import orders crash the process, and which modules
+are loaded."""
 
 from __future__ import annotations
 
-__all__ = ["check_import_order", "immutable_type", "repeatable_arrow_stream"]
+import sys
+
+TYPE_CHECKING = False  # (as in _dtypes: annotations are strings)
+if TYPE_CHECKING:
+    from types import ModuleType
+
+__all__ = ["check_import_order", "immutable_type", "loaded", "repeatable_arrow_stream"]
+
+
+def loaded(name: str) -> ModuleType | None:
+    """The module ``name`` once it is completely imported, else None; never imports.
+
+    A module another thread is still importing is already in ``sys.modules``, before
+    its attributes exist (``numpy.ndarray`` would raise AttributeError). It counts as
+    not loaded here; a caller that needs it imports it, which waits for that thread."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
 
 #: Top-level modules whose every DLPack-exporting type is immutable: JAX arrays
 #: (JAX exports legacy capsules without READ_ONLY, yet writing through one changes

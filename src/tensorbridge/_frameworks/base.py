@@ -11,7 +11,6 @@ doing it. A framework is imported only when a conversion needs it (`module`).
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
@@ -19,7 +18,7 @@ from tensorbridge import _core
 from tensorbridge._core import Tensor
 from tensorbridge._devices import Device
 from tensorbridge._dtypes import DTYPES, DType
-from tensorbridge._known_types import check_import_order
+from tensorbridge._known_types import check_import_order, loaded
 
 __all__ = [
     "ALL_DTYPES",
@@ -391,7 +390,7 @@ class Framework:
         module is imported: an array of a framework means it is loaded)."""
         for path in cls.own_types:
             module, _, name = path.rpartition(".")
-            tp = getattr(sys.modules.get(module), name, None)
+            tp = getattr(loaded(module), name, None)
             if isinstance(tp, type) and isinstance(obj, tp):
                 return True
         return False

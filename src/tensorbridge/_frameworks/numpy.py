@@ -12,6 +12,7 @@ from typing import Any
 
 from tensorbridge._core import Tensor
 from tensorbridge._frameworks.base import ML_DTYPES, STANDARD, Framework, TensorInfo, is_packed
+from tensorbridge._known_types import loaded
 
 __all__ = ["NumpyFramework"]
 
@@ -47,14 +48,14 @@ class NumpyFramework(Framework):
 
     @classmethod
     def prepare_source(cls, obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Any:
-        numpy = sys.modules.get("numpy")
+        numpy = loaded("numpy")
         if numpy is not None and isinstance(obj, numpy.generic):
             must_copy(f"a {type(obj).__name__} is a value, not memory to share")
         return obj
 
     @classmethod
     def reads_in_c(cls, tp: type) -> bool:
-        numpy = sys.modules.get("numpy")
+        numpy = loaded("numpy")
         return numpy is None or not issubclass(tp, numpy.generic)
 
     @classmethod
@@ -92,5 +93,5 @@ class NumpyFramework(Framework):
     def owns(cls, obj: Any) -> bool:
         # Exactly ndarray: numpy.asarray gives subclasses (matrix, masked arrays) a
         # base-class view, and so does convert.
-        numpy = sys.modules.get("numpy")
+        numpy = loaded("numpy")
         return numpy is not None and type(obj) is numpy.ndarray

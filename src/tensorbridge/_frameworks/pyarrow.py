@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from tensorbridge._core import Tensor
 from tensorbridge._frameworks.base import Framework, TensorInfo
+from tensorbridge._known_types import loaded
 
 __all__ = ["PyarrowFramework"]
 
@@ -97,7 +97,7 @@ class PyarrowFramework(Framework):
                 "form (DLPack cannot mark missing values): fill them first "
                 "(pyarrow.compute.fill_null(array, value)) or drop them (array.drop_null())"
             )
-        pa = sys.modules.get("pyarrow")
+        pa = loaded("pyarrow")
         arrow_type = getattr(obj, "type", None)
         if pa is not None and isinstance(arrow_type, pa.DataType):
             numeric = (

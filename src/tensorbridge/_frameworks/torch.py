@@ -5,13 +5,13 @@ process aborts on negative strides)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from tensorbridge._core import Tensor
 from tensorbridge._devices import Device
 from tensorbridge._frameworks.base import STANDARD, Framework
+from tensorbridge._known_types import loaded
 
 __all__ = ["TORCH_FLOAT8", "TorchFramework", "has_view_bits", "resolve_view_bits"]
 
@@ -25,7 +25,7 @@ def has_view_bits(obj: Any) -> bool:
     """True for a torch tensor whose negative or conjugate bit is set (its export
     leaves the bit unresolved, or refuses): it must be resolved, a copy, first.
     Imports nothing: an object can be a torch tensor only once torch is loaded."""
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     return (
         torch is not None and isinstance(obj, torch.Tensor) and bool(obj.is_neg() or obj.is_conj())
     )
