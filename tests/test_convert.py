@@ -269,3 +269,15 @@ def test_a_module_counts_as_loaded_once_its_import_is_complete(monkeypatch):
     assert loaded("tb_half_imported") is module
     assert loaded("tb_never_imported") is None
     assert loaded("numpy") is np
+
+
+def test_no_route_is_cached_while_numpy_is_half_imported(monkeypatch):
+    from tensorbridge import _convert
+    from tensorbridge._frameworks import FRAMEWORKS
+
+    array = np.arange(3.0)
+    target = FRAMEWORKS["tensorbridge"]
+    assert _convert.route_mode(array, target) != 0
+    # As another thread's unfinished import of NumPy looks (it is in sys.modules).
+    monkeypatch.setattr(_convert, "loaded", lambda name: None)
+    assert _convert.route_mode(array, target) == 0

@@ -12,6 +12,7 @@ rest to `convert_general`. See docs/design.md, "Bridges".
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from typing import Any
 
@@ -559,6 +560,8 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     if target.owns(obj):
         return _ROUTE["SAME"]  # its own array: returned as it is
     numpy = loaded("numpy")
+    if numpy is None and "numpy" in sys.modules:
+        return 0  # another thread is importing NumPy: decided again on a later call
     exact_ndarray = numpy is not None and tp is numpy.ndarray
     source = framework_of(obj)
     if tp is Tensor:

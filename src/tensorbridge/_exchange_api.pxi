@@ -100,8 +100,8 @@ cdef object _immutable_type_fn = None
 
 
 cdef bint _immutable_type(object cls) except -1:
-    """Whether cls's arrays are immutable (_known_types, loaded on first use: it
-    is asked once per producer type, and `import tensorbridge` stays small)."""
+    """Whether cls's arrays are immutable (_known_types; asked once per producer
+    type)."""
     global _immutable_type_fn
     if _immutable_type_fn is None:
         from tensorbridge._known_types import immutable_type

@@ -39,10 +39,18 @@ cdef int _apply_offset(Tensor v, int64_t elements) except -1:
     return 0
 
 
+cdef object _numpy_integer = None     # numpy.integer, once NumPy is loaded
+
+
 cdef bint _is_numpy_integer(object k):
     """A NumPy integer scalar (found through sys.modules: never imports NumPy)."""
-    numpy = _loaded("numpy")
-    return numpy is not None and isinstance(k, numpy.integer)
+    global _numpy_integer
+    if _numpy_integer is None:
+        numpy = _loaded("numpy")
+        if numpy is None:
+            return False
+        _numpy_integer = numpy.integer
+    return isinstance(k, _numpy_integer)
 
 
 cdef bint _is_basic_key(tuple key):

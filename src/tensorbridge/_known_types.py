@@ -3,7 +3,7 @@
 read from type and module names (no framework is imported): which producer types
 are immutable (computed once per type and cached by the compiled core), which Arrow
 streams can be asked again, which import orders crash the process, and which modules
-are loaded."""
+are loaded (completely)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,27 @@ if TYPE_CHECKING:
 __all__ = ["check_import_order", "immutable_type", "loaded", "repeatable_arrow_stream"]
 
 
+#: Modules seen completely imported (an import never becomes unfinished again; a
+#: module imported anew is another object, checked again).
+_complete: dict[str, ModuleType] = {}
+
+
 def loaded(name: str) -> ModuleType | None:
     """The module ``name`` once it is completely imported, else None; never imports.
 
     A module another thread is still importing is already in ``sys.modules``, before
     its attributes exist (``numpy.ndarray`` would raise AttributeError). It counts as
-    not loaded here; a caller that needs it imports it, which waits for that thread."""
+    not loaded here, as before its import began: callers take their "not loaded"
+    branch, and the planner, which imports the target it needs, waits for that
+    thread. (CPython's ``__spec__._initializing``, which its own imports read.)"""
     module = sys.modules.get(name)
-    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+    if module is None:
         return None
+    if _complete.get(name) is module:
+        return module
+    if getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    _complete[name] = module
     return module
 
 
