@@ -281,3 +281,7 @@ def test_no_route_is_cached_while_numpy_is_half_imported(monkeypatch):
     # As another thread's unfinished import of NumPy looks (it is in sys.modules).
     monkeypatch.setattr(_convert, "loaded", lambda name: None)
     assert _convert.route_mode(array, target) == 0
+    # A process that blocks NumPy's import (sys.modules["numpy"] = None) caches routes.
+    tensor = tb.from_dlpack(array)
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    assert _convert.route_mode(tensor, target) != 0

@@ -560,7 +560,7 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     if target.owns(obj):
         return _ROUTE["SAME"]  # its own array: returned as it is
     numpy = loaded("numpy")
-    if numpy is None and "numpy" in sys.modules:
+    if numpy is None and sys.modules.get("numpy") is not None:
         return 0  # another thread is importing NumPy: decided again on a later call
     exact_ndarray = numpy is not None and tp is numpy.ndarray
     source = framework_of(obj)
