@@ -9,7 +9,9 @@ from tensorbridge._dlpack cimport *
 
 from tensorbridge._dtypes import DTYPES as _DTYPES
 from tensorbridge._devices import DLDeviceType as _DLDeviceType, cached_device as _make_device
-from tensorbridge._known_types import loaded as _loaded    # (a module completely imported)
+from tensorbridge._known_types import (
+    immutable_type as _known_immutable_type, loaded as _loaded,   # (completely imported)
+)
 
 
 # --------------------------------------------------------------------------

@@ -96,17 +96,10 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
 cdef set _stream_types = set()
 
 
-cdef object _immutable_type_fn = None
-
-
 cdef bint _immutable_type(object cls) except -1:
     """Whether cls's arrays are immutable (_known_types; asked once per producer
     type)."""
-    global _immutable_type_fn
-    if _immutable_type_fn is None:
-        from tensorbridge._known_types import immutable_type
-        _immutable_type_fn = immutable_type
-    return _immutable_type_fn(cls)
+    return _known_immutable_type(cls)
 
 
 cdef _ApiSlot* _type_slot(object x):
