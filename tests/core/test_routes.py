@@ -263,6 +263,59 @@ def test_ndarray_subclasses_are_read_as_the_planner_reads_them():
     assert tb.explain(x, "numpy").source.endswith("read-only")
 
 
+@needs("array_api_strict", "pyarrow")
+def test_array_api_strict_is_handed_what_needs_no_mark(no_planner):
+    import array_api_strict as xp
+    import pyarrow as pa
+
+    # Objects whose export says read-only or writable go to xp.from_dlpack as they are.
+    arr = pa.array(np.arange(4.0))
+    a = np.arange(3.0)
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    xs = (arr, a, ro)
+    for x in xs:  # (the first round imports what reading the results needs)
+        tb.asarray(tb.convert(x, "array_api_strict"))
+    for x in xs:
+        tb.convert(x, "array_api_strict")
+        assert fast("array_api_strict").route_of(x) == R[
+            "NDARRAY" if type(x) is np.ndarray else "PROTOCOL"
+        ] | R["HANDOFF"]
+    no_planner("array_api_strict")
+    got, shared, still_ro = (tb.convert(x, "array_api_strict") for x in xs)
+    assert type(got) is type(xp.asarray(1.0)) and got.dtype == xp.float64
+    assert tb.asarray(got).readonly and tb.asarray(got).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert not tb.asarray(shared).readonly
+    assert tb.asarray(shared).data_ptr() == a.ctypes.data
+    assert tb.asarray(still_ro).readonly
+
+
+@needs("array_api_strict", "pyarrow")
+def test_what_array_api_strict_refuses_on_a_handoff_goes_to_the_planner():
+    import pyarrow as pa
+
+    tb.convert(pa.array([1.0]), "array_api_strict")
+    assert fast("array_api_strict").route_of(pa.array([1.0])) & R["HANDOFF"]
+    with pytest.raises(BufferError, match="array_api_strict has no float16"):
+        tb.convert(pa.array(np.arange(2, dtype=np.float16)), "array_api_strict")
+    with pytest.raises(BufferError, match="1 null"):
+        tb.convert(pa.array([1.0, None]), "array_api_strict")
+    # Arrow's bit-packed booleans, which pyarrow does not export: unpacked (a copy).
+    bools = tb.convert(pa.array([True, False, True]), "array_api_strict")
+    assert tb.asarray(bools).tolist() == [True, False, True]
+
+
+@needs("array_api_strict", "mlx")
+def test_legacy_exporters_are_not_handed_to_array_api_strict():
+    import mlx.core as mx
+
+    x = mx.arange(3.0)
+    first, second = tb.convert(x, "array_api_strict"), tb.convert(x, "array_api_strict")
+    mode = fast("array_api_strict").route_of(x)
+    assert mode > 0 and not mode & R["HANDOFF"]  # the result would need a mark
+    assert not tb.asarray(first).readonly and not tb.asarray(second).readonly  # mutable
+
+
 @needs("mlx")
 def test_mutable_legacy_exporters_handed_to_numpy_stay_writable():
     import mlx.core as mx

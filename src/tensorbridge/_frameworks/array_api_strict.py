@@ -25,6 +25,9 @@ class ArrayApiStrictFramework(Framework):
     own_types = ("array_api_strict._array_object.Array",)
     path = "array_api_strict.from_dlpack on a versioned DLPack capsule"
     quirks = (("array-api-strict has no float16", "convert refuses it (pass dtype=)"),)
+    # Its from_dlpack is numpy.from_dlpack's array in an Array: NumPy's handoffs, where
+    # the result needs no mark (hands_off).
+    handoff = True
 
     @classmethod
     def make(cls, t: Tensor) -> Any:
@@ -33,3 +36,13 @@ class ArrayApiStrictFramework(Framework):
     @classmethod
     def fast_maker(cls) -> Any:
         return cls.module().from_dlpack
+
+    @classmethod
+    def importer(cls) -> Any:
+        return cls.module().from_dlpack
+
+    @classmethod
+    def hands_off(cls, source: type[Framework], tp: type) -> bool:
+        # A legacy capsule cannot say read-only or writable, so a handoff to NumPy
+        # marks the result as the plan says; an Array does not let its array be marked.
+        return cls.handoff and not source.legacy_export
