@@ -13,35 +13,69 @@ cdef inline void _call_deleter(void* managed, int kind) noexcept:
     tb_call_deleter(managed, kind == OWN_VERSIONED)
 
 
-# Producer deleters put off while one of our export deleters runs (see Tensor.__dealloc__).
-cdef list _deferred_deleters = []
+# Producer deleters put off while one of our export deleters runs (see
+# Tensor.__dealloc__), drained by one pending call. The queue is a C array (a convert
+# that reads a producer and exports to the target defers one deleter a call: a list
+# of tuples cost about 1,000 instructions more); what does not fit waits in a list.
+cdef enum:
+    DEFERRED_SLOTS = 64
+
+cdef void* _deferred_managed[DEFERRED_SLOTS]
+cdef int _deferred_kind[DEFERRED_SLOTS]
+cdef Py_ssize_t _deferred_count = 0
+cdef list _deferred_overflow = []
 cdef bint _drain_scheduled = False
 
 cdef int _run_deferred_deleters(void* arg) noexcept with gil:
-    global _drain_scheduled
+    # A deleter may defer more (it releases a chain through one of our exports) or
+    # let another thread run: each entry is taken off before its deleter is called.
+    global _drain_scheduled, _deferred_count
     _drain_scheduled = False
-    while _deferred_deleters:
-        address, kind = _deferred_deleters.pop()
-        _call_deleter(<void*><uintptr_t>address, kind)
-    return 0
+    cdef void* managed
+    cdef int kind
+    while True:
+        if _deferred_count > 0:
+            _deferred_count -= 1
+            managed = _deferred_managed[_deferred_count]
+            kind = _deferred_kind[_deferred_count]
+        elif _deferred_overflow:
+            address, kind = _deferred_overflow.pop()
+            managed = <void*><uintptr_t>address
+        else:
+            return 0
+        _call_deleter(managed, kind)
 
 
 cdef void _defer_deleter(void* managed, int kind) noexcept:
     """Call a producer's deleter soon, from the interpreter loop, not from inside
     the foreign deleter that is releasing us (which may hold a lock it needs)."""
-    global _drain_scheduled
+    global _drain_scheduled, _deferred_count
+    cdef bint in_array = _deferred_count < DEFERRED_SLOTS
     try:
-        _deferred_deleters.append((<uintptr_t>managed, kind))
+        if in_array:
+            _deferred_managed[_deferred_count] = managed
+            _deferred_kind[_deferred_count] = kind
+            _deferred_count += 1
+        else:
+            _deferred_overflow.append((<uintptr_t>managed, kind))
         if not _drain_scheduled:
             if Py_AddPendingCall(_run_deferred_deleters, NULL) != 0:
                 raise MemoryError("the pending-call queue is full")
             _drain_scheduled = True
     except BaseException:
         # Cannot defer: releasing now risks that lock, but never leaks or double-frees.
-        if _deferred_deleters and \
-                _deferred_deleters[len(_deferred_deleters) - 1][0] == <uintptr_t>managed:
-            _deferred_deleters.pop()
+        if in_array:
+            if _deferred_count > 0 and _deferred_managed[_deferred_count - 1] == managed:
+                _deferred_count -= 1
+        elif _deferred_overflow and \
+                _deferred_overflow[len(_deferred_overflow) - 1][0] == <uintptr_t>managed:
+            _deferred_overflow.pop()
         _call_deleter(managed, kind)
+
+
+def _deferred_deleters():
+    """How many producer deleters wait for the pending call (for tests)."""
+    return _deferred_count + len(_deferred_overflow)
 
 
 cdef void _release_managed(void* managed, int kind) noexcept:

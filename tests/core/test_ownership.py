@@ -16,7 +16,7 @@ from needs import needs
 from producers import capsule_of, numpy_producer
 
 import tensorbridge as tb
-from tensorbridge import _testing
+from tensorbridge import _core, _testing
 
 
 @pytest.mark.parametrize("versioned", [True, False])
@@ -173,6 +173,33 @@ def test_producer_deleters_never_run_inside_our_export_deleter():
     gc.collect()
     assert counter.calls == 1
     assert counter.nested_calls == 0
+
+
+@pytest.mark.parametrize("count", [2, 64, 65, 300])
+def test_every_deleter_put_off_runs_once(count):
+    # One export deleter of ours drops `count` Tensors that own producers' tensors (a
+    # buffer exporter holds them): every deleter is put off, past the queue's 64 C
+    # slots too, and each runs exactly once.
+    class Holder(bytearray):
+        pass
+
+    holder = Holder(8)
+    holder.tensors, counters = [], []
+    for _ in range(count):
+        capsule, counter = capsule_of(np.arange(2.0))
+        holder.tensors.append(tb.from_dlpack(capsule))
+        counters.append(counter)
+    del capsule
+    t = tb.asarray(holder)
+    ours = t.__dlpack__(max_version=(1, 3))
+    del t, holder
+    _testing.consume_and_delete_without_gil(ours)  # the last reference goes here
+    for _ in range(3):
+        pass  # a few bytecodes: pending calls run
+    gc.collect()
+    assert [c.calls for c in counters] == [1] * count
+    assert sum(c.nested_calls for c in counters) == 0
+    assert _core._deferred_deleters() == 0
 
 
 @needs("paddle")
