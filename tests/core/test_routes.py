@@ -278,9 +278,10 @@ def test_array_api_strict_is_handed_what_needs_no_mark(no_planner):
         tb.asarray(tb.convert(x, "array_api_strict"))
     for x in xs:
         tb.convert(x, "array_api_strict")
-        assert fast("array_api_strict").route_of(x) == R[
-            "NDARRAY" if type(x) is np.ndarray else "PROTOCOL"
-        ] | R["HANDOFF"]
+        assert (
+            fast("array_api_strict").route_of(x)
+            == R["NDARRAY" if type(x) is np.ndarray else "PROTOCOL"] | R["HANDOFF"]
+        )
     no_planner("array_api_strict")
     got, shared, still_ro = (tb.convert(x, "array_api_strict") for x in xs)
     assert type(got) is type(xp.asarray(1.0)) and got.dtype == xp.float64
