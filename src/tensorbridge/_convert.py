@@ -610,10 +610,12 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
             return carried  # no cheap way to see the dtype first: the carrier checks it
-    if target.readonly == "flag" and source.legacy_export:
-        # Its legacy capsule cannot say read-only or writable, so a NumPy importer
-        # guesses (read-only since NumPy 2): the result is marked as the plan says,
-        # read-only for immutable sources, writable for mutable ones (MLX).
+    if target.readonly == "flag" and source.unmarked_export(tp):
+        # Its capsule may not say read-only or writable (a legacy capsule; a
+        # pyarrow.Tensor's), so a NumPy importer guesses (legacy capsules read-only
+        # since NumPy 2, flagless versioned ones writable): the result is marked as
+        # the plan says, read-only for immutable sources, writable for mutable ones
+        # (MLX).
         mode |= _ROUTE["MARK_READONLY" if source.readonly == "immutable" else "MARK_WRITABLE"]
     if source.bit_views:
         mode |= _ROUTE["TORCH_BITS"]

@@ -43,6 +43,7 @@ class ArrayApiStrictFramework(Framework):
 
     @classmethod
     def hands_off(cls, source: type[Framework], tp: type) -> bool:
-        # A legacy capsule cannot say read-only or writable, so a handoff to NumPy
-        # marks the result as the plan says; an Array does not let its array be marked.
-        return cls.handoff and not source.legacy_export
+        # A capsule that does not say read-only or writable (unmarked_export) makes a
+        # handoff to NumPy mark the result as the plan says; an Array does not let
+        # its array be marked.
+        return cls.handoff and not source.unmarked_export(tp)

@@ -192,6 +192,15 @@ class Framework:
         return obj
 
     @classmethod
+    def unmarked_export(cls, tp: type) -> bool:
+        """True when the capsules its objects of type tp export may not say whether
+        the data is read-only (legacy capsules; versioned ones without READ_ONLY over
+        memory the framework treats as immutable): an importer that reads the flag
+        (NumPy) then guesses, so a handoff marks the result as the plan says, or does
+        not happen."""
+        return cls.legacy_export
+
+    @classmethod
     def reads_in_c(cls, tp: type) -> bool:
         """True when objects of type tp need nothing of `prepare_source`, so a cached
         route may read them in C (those that need a fix always come to the planner)."""

@@ -113,6 +113,12 @@ class PyarrowFramework(Framework):
         return None
 
     @classmethod
+    def unmarked_export(cls, tp: type) -> bool:
+        # A pyarrow.Tensor over writable memory (Tensor.from_numpy) exports versioned
+        # capsules without READ_ONLY; pyarrow.Array sets it always.
+        return tp.__name__ == "Tensor"
+
+    @classmethod
     def reads_in_c(cls, tp: type) -> bool:
         return tp.__name__ not in ("ChunkedArray", "BooleanArray")
 
