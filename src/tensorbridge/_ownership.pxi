@@ -30,6 +30,12 @@ cdef int _run_deferred_deleters(void* arg) noexcept with gil:
     # A deleter may defer more (it releases a chain through one of our exports) or
     # let another thread run: each entry is taken off before its deleter is called.
     global _drain_scheduled, _deferred_count
+    if tb_export_release_depth > 0:
+        # Reached from Python code run while an export deleter of ours releases its
+        # owner (a __del__): still inside the foreign deleter, so nothing is called
+        # here; the drain is asked for again (the next deferral asks if this fails).
+        _drain_scheduled = Py_AddPendingCall(_run_deferred_deleters, NULL) == 0
+        return 0
     _drain_scheduled = False
     cdef void* managed
     cdef int kind

@@ -202,6 +202,38 @@ def test_every_deleter_put_off_runs_once(count):
     assert _core._deferred_deleters() == 0
 
 
+def test_the_drain_waits_while_an_export_deleter_of_ours_runs():
+    # Python code run while our export deleter releases its owner (a __del__ here)
+    # reaches the interpreter's pending calls: the deleters put off stay put off until
+    # the export deleter has returned.
+    class RunsBytecode:
+        def __del__(self):
+            for _ in range(20):
+                len("x")
+
+    class Holder(bytearray):
+        pass
+
+    holder = Holder(8)
+    holder.tensors, counters = [], []
+    for _ in range(3):
+        capsule, counter = capsule_of(np.arange(2.0))
+        holder.tensors.append(tb.from_dlpack(capsule))
+        counters.append(counter)
+    del capsule
+    holder.z_after = RunsBytecode()  # released after the Tensors (attribute order)
+    t = tb.asarray(holder)
+    ours = t.__dlpack__(max_version=(1, 3))
+    del t, holder
+    _testing.consume_and_delete_without_gil(ours)
+    for _ in range(3):
+        pass
+    gc.collect()
+    assert [c.calls for c in counters] == [1, 1, 1]
+    assert [c.nested_calls for c in counters] == [0, 0, 0]
+    assert _core._deferred_deleters() == 0
+
+
 @needs("paddle")
 def test_paddle_chain_through_tensorbridge_does_not_deadlock():
     code = textwrap.dedent(
