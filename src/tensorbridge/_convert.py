@@ -731,7 +731,12 @@ def _route_text(
         )
         return f"planned on every call ({why})"
     if plan._on_stream_device:
-        if mode & _ROUTE["HANDOFF"] and mode & 7 != _ROUTE["PROTOCOL"]:
+        # A handoff gives device memory to the importer too (a table-capsule route
+        # releases the managed tensor and hands the object over); carried and capsule
+        # routes of __dlpack__ sources leave it to the planner.
+        if mode & _ROUTE["HANDOFF"] and not (
+            mode & 7 == _ROUTE["PROTOCOL"] and mode & (_ROUTE["CAPSULE"] | _ROUTE["CARRY"])
+        ):
             return (
                 f"in C after the first call: the source object goes to {framework.name}'s "
                 "own importer, which makes the stream handshake"

@@ -482,6 +482,31 @@ def test_explain_says_which_route():
     assert "route:   in C after the first call" in str(tb.explain(a, "numpy"))
 
 
+@needs("tvm_ffi")
+def test_explain_route_for_device_memory_handed_off_says_so():
+    # CUDA managed memory from a type NumPy's route hands off (tvm-ffi's Tensor): the
+    # cached handoff gives it to numpy.from_dlpack, which makes the stream handshake,
+    # and explain says so (it said "planned on every call").
+    fake_tvm = type("Tensor", (Producer,), {"__module__": "tvm_ffi.core"})
+
+    def managed():
+        x = fake_device_producer((13, 0))
+        x.__class__ = fake_tvm
+        return x
+
+    for _ in range(3):
+        tb.convert(managed(), "numpy")
+    x = managed()
+    assert fast("numpy").route_of(x) == R["PROTOCOL"] | R["HANDOFF"]
+    assert tb.explain(x, "numpy").route == (
+        "in C after the first call: the source object goes to numpy's own importer, "
+        "which makes the stream handshake"
+    )
+    y = managed()
+    tb.convert(y, "numpy")
+    assert len(y.calls) == 1  # numpy.from_dlpack's request; the planner asked nothing
+
+
 @needs("torch")
 def test_explain_route_for_data_the_route_gives_back():
     plan = tb.explain(np.arange(3.0)[::-1], "torch")
