@@ -43,7 +43,7 @@ cdef object _numpy_integer = None     # numpy.integer, once NumPy is loaded
 
 
 cdef bint _is_numpy_integer(object k):
-    """A NumPy integer scalar (found through sys.modules: never imports NumPy)."""
+    """A NumPy integer scalar (NumPy found once loaded: never imports it)."""
     global _numpy_integer
     if _numpy_integer is None:
         numpy = _loaded("numpy")

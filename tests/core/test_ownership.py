@@ -175,11 +175,12 @@ def test_producer_deleters_never_run_inside_our_export_deleter():
     assert counter.nested_calls == 0
 
 
-@pytest.mark.parametrize("count", [2, 64, 65, 300])
-def test_every_deleter_put_off_runs_once(count):
-    # One export deleter of ours drops `count` Tensors that own producers' tensors (a
-    # buffer exporter holds them): every deleter is put off, past the queue's 64 C
-    # slots too, and each runs exactly once.
+def _released_inside_our_export_deleter(count, last=None):
+    """Drop `count` Tensors owning crafted producers' tensors (and then `last`) from
+    inside one export deleter of ours: a buffer exporter holds them, and the Tensor
+    over it is exported and released without the GIL. Returns their deleters'
+    counters once pending calls have had a chance to run."""
+
     class Holder(bytearray):
         pass
 
@@ -190,13 +191,23 @@ def test_every_deleter_put_off_runs_once(count):
         holder.tensors.append(tb.from_dlpack(capsule))
         counters.append(counter)
     del capsule
+    if last is not None:
+        holder.z_after = last  # released after the Tensors (attribute order)
     t = tb.asarray(holder)
     ours = t.__dlpack__(max_version=(1, 3))
-    del t, holder
+    del t, holder, last
     _testing.consume_and_delete_without_gil(ours)  # the last reference goes here
     for _ in range(3):
         pass  # a few bytecodes: pending calls run
     gc.collect()
+    return counters
+
+
+@pytest.mark.parametrize("count", [2, 64, 65, 300])
+def test_every_deleter_put_off_runs_once(count):
+    # Every deleter is put off, past the queue's 64 C slots too, and each runs
+    # exactly once.
+    counters = _released_inside_our_export_deleter(count)
     assert [c.calls for c in counters] == [1] * count
     assert sum(c.nested_calls for c in counters) == 0
     assert _core._deferred_deleters() == 0
@@ -211,24 +222,7 @@ def test_the_drain_waits_while_an_export_deleter_of_ours_runs():
             for _ in range(20):
                 len("x")
 
-    class Holder(bytearray):
-        pass
-
-    holder = Holder(8)
-    holder.tensors, counters = [], []
-    for _ in range(3):
-        capsule, counter = capsule_of(np.arange(2.0))
-        holder.tensors.append(tb.from_dlpack(capsule))
-        counters.append(counter)
-    del capsule
-    holder.z_after = RunsBytecode()  # released after the Tensors (attribute order)
-    t = tb.asarray(holder)
-    ours = t.__dlpack__(max_version=(1, 3))
-    del t, holder
-    _testing.consume_and_delete_without_gil(ours)
-    for _ in range(3):
-        pass
-    gc.collect()
+    counters = _released_inside_our_export_deleter(3, last=RunsBytecode())
     assert [c.calls for c in counters] == [1, 1, 1]
     assert [c.nested_calls for c in counters] == [0, 0, 0]
     assert _core._deferred_deleters() == 0
