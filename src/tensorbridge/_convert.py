@@ -598,11 +598,10 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
         mode = read | _ROUTE["HANDOFF"]
     elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
-        mode = read | _ROUTE["HANDOFF"]  # it reads the table, not the Python protocol
-        if target.capsule_importer() is not None:
-            # The table's managed tensor, checked here (its dtype too), goes to the
-            # target as a capsule: the same import, without asking the dtype first.
-            mode |= _ROUTE["CAPSULE"]
+        # It reads the table, not the Python protocol: the table's managed tensor,
+        # checked here (its dtype too), goes to it in an object whose type's table
+        # gives it away, the same import without asking the dtype first.
+        mode = read | _ROUTE["HANDOFF"] | _ROUTE["CAPSULE"]
     else:
         return carried
     if not target.importer_refuses_dtypes and not mode & _ROUTE["CAPSULE"]:
@@ -731,7 +730,7 @@ def _route_text(
         )
         return f"planned on every call ({why})"
     if plan._on_stream_device:
-        # A handoff gives device memory to the importer too (a table-capsule route
+        # A handoff gives device memory to the importer too (a table route
         # releases the managed tensor and hands the object over); carried and capsule
         # routes of __dlpack__ sources leave it to the planner.
         if mode & _ROUTE["HANDOFF"] and not (

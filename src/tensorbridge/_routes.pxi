@@ -45,10 +45,11 @@ cdef enum:
     # which checks the capsule before passing it on
     ROUTE_CARRY = 512
     ROUTE_SAME = 1024       # the target's own array: returned as it is (no read)
-    # the source's capsule, once it is checked (dtype and layout seen on the struct),
-    # to the target's importer of capsules: a table source's managed tensor (a
+    # the source's managed tensor, once it is checked (dtype and layout seen on the
+    # struct): a table source's, to the target's importer of tables in a _Handed (a
     # handoff: device memory goes as the source object), or a protocol source's
-    # __dlpack__(), asked as the target's importer of objects asks it
+    # __dlpack__(), asked as the target's importer of objects asks it, to its
+    # importer of capsules
     ROUTE_CAPSULE = 2048
 
 
@@ -290,6 +291,94 @@ cdef class _Carrier:
         return capsule
 
 
+# A table source's managed tensor goes to a target whose importer reads exchange
+# tables (tvm_ffi.from_dlpack) in a _Handed, an object whose type's table gives it
+# away: the importer takes it as it takes any table source's, and no capsule is
+# made, checked, renamed and freed on the way (about 150 instructions a call).
+cdef DLPackExchangeAPI _handing_api
+
+
+cdef int _hand_over(void* obj, DLManagedTensorVersioned** out) except -1:
+    """managed_tensor_from_py_object_no_sync of _Handed: its managed tensor, once."""
+    if Py_TYPE(<object>obj) != <PyTypeObject*>_Handed:
+        raise TypeError(f"tensorbridge: the table of handed managed tensors was asked for "
+                        f"a {type(<object>obj).__name__}")
+    cdef _Handed handed = <_Handed>obj
+    if handed.managed == NULL:
+        raise BufferError("tensorbridge: this managed tensor was handed over already")
+    out[0] = handed.managed
+    handed.managed = NULL
+    return 0
+
+
+cdef int _hold_handed(DLManagedTensorVersioned* managed, void** out) except -1:
+    """managed_tensor_to_py_object_no_sync of _Handed: a _Handed holding managed
+    (stolen: released if no _Handed can be made)."""
+    if managed == NULL:
+        raise BufferError("tensorbridge: NULL managed tensor")
+    try:
+        handed = _Handed()
+    except BaseException:
+        _call_deleter(managed, OWN_VERSIONED)
+        raise
+    (<_Handed>handed).managed = managed
+    Py_INCREF(handed)
+    out[0] = <void*>handed
+    return 0
+
+
+cdef object _handing_capsule():
+    """_Handed's table (complete, as the standard asks: its allocator and stream are
+    the Tensor table's)."""
+    _handing_api.header.version.major = TB_DLPACK_MAJOR
+    _handing_api.header.version.minor = TB_DLPACK_MINOR
+    _handing_api.header.prev_api = NULL
+    _handing_api.managed_tensor_allocator = <DLPackManagedTensorAllocator>_api_allocate
+    _handing_api.managed_tensor_from_py_object_no_sync = \
+        <DLPackManagedTensorFromPyObjectNoSync>_hand_over
+    _handing_api.managed_tensor_to_py_object_no_sync = \
+        <DLPackManagedTensorToPyObjectNoSync>_hold_handed
+    _handing_api.dltensor_from_py_object_no_sync = NULL
+    _handing_api.current_work_stream = <DLPackCurrentWorkStream>_api_stream
+    return PyCapsule_New(&_handing_api, TB_CAPSULE_EXCHANGE_API, NULL)
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Handed:
+    """A producer's managed tensor on its way to a target's importer of exchange
+    tables (FastTarget._pass_table_managed), which takes it once, through this
+    type's table. One nobody took is released (its deleter called) by release() or
+    when the object dies."""
+    cdef DLManagedTensorVersioned* managed
+
+    __dlpack_c_exchange_api__ = _handing_capsule()
+
+    cdef void release(self) noexcept:
+        cdef DLManagedTensorVersioned* managed = self.managed
+        if managed != NULL:
+            self.managed = NULL
+            # (put off while an export deleter of ours runs, as a Tensor's is)
+            _release_managed(managed, OWN_VERSIONED)
+
+    def __dealloc__(self):
+        self.release()
+
+    def __dlpack__(self, **kwargs):
+        # A consumer that does not read the table (tvm-ffi before 0.1.5 reads only
+        # __c_dlpack_exchange_api__) learns why, and the route then reads here.
+        if self.managed == NULL:
+            raise BufferError("tensorbridge: this managed tensor was handed over already")
+        raise BufferError("tensorbridge: a _Handed gives its managed tensor through its "
+                          "type's C exchange table (__dlpack_c_exchange_api__) only")
+
+    def __dlpack_device__(self):
+        if self.managed == NULL:
+            raise BufferError("tensorbridge: this managed tensor was handed over already")
+        return (self.managed.dl_tensor.device.device_type,
+                self.managed.dl_tensor.device.device_id)
+
+
 @cython.final
 @cython.auto_pickle(False)
 cdef class FastTarget:
@@ -317,11 +406,12 @@ cdef class FastTarget:
     # else maker(t)
     cdef object maker
     cdef int make_kind      # MAKE_*, from maker
-    cdef object importer    # the target's own from_dlpack, for handoffs (or None)
+    cdef object importer    # its own from_dlpack, for handoffs and _Handed (or None)
     cdef object carrier_importer  # what carried routes call with a _Carrier (or None)
-    cdef object capsule_importer  # what table-capsule routes call with a capsule (or None)
+    cdef object capsule_importer  # what protocol-capsule routes call with a capsule (or None)
     cdef object guard64
     cdef _Carrier spare     # a used carrier no one kept, for the next carried call
+    cdef _Handed spare_handed   # an emptied _Handed no one kept, for the next call
     cdef _RouteSlot routes[ROUTE_SLOTS]
 
     def __init__(self, *, target_type, dtypes, bint negative_strides, bint noncompact,
@@ -388,9 +478,9 @@ cdef class FastTarget:
                 read == ROUTE_TABLE and _exchange_api_lookup(tp) == NULL) or \
                 read > ROUTE_PROTOCOL or (mode & ROUTE_CARRY and (
                     read != ROUTE_PROTOCOL or self.carrier_importer is None)) or (
-                mode & ROUTE_CAPSULE and (
-                    (read != ROUTE_TABLE and read != ROUTE_PROTOCOL)
-                    or self.capsule_importer is None)):
+                mode & ROUTE_CAPSULE and not (
+                    (read == ROUTE_TABLE and self.importer is not None)
+                    or (read == ROUTE_PROTOCOL and self.capsule_importer is not None))):
             raise ValueError(f"remember(): mode {mode} cannot read {tp!r}")
         getattr(tp, "__dlpack__", None)   # a type lookup gives the type a version tag
         ctp = <_TypeObj*><PyObject*>tp
@@ -398,10 +488,13 @@ cdef class FastTarget:
             return      # a type without a tag cannot be cached safely
         cdef _RouteSlot* slot = self._slot(<void*>ctp, True)
         if (slot.tp == <void*>ctp and slot.tag == ctp.tp_version_tag and slot.uncarried
-                and slot.epoch == _route_epoch and read == ROUTE_PROTOCOL):
-            # A carrier, or a capsule asked as the importer asks, was refused for this
-            # type: it stays read here.
+                and slot.epoch == _route_epoch and (
+                    read == ROUTE_PROTOCOL or read == ROUTE_TABLE)):
+            # A carrier, a capsule asked as the importer asks, or a _Handed was
+            # refused for this type: it stays read here.
             mode &= ~(ROUTE_CARRY | ROUTE_CAPSULE)
+            if read == ROUTE_TABLE:
+                mode &= ~ROUTE_HANDOFF
         else:
             slot.uncarried = False
         slot.tp = <void*>ctp
@@ -468,7 +561,7 @@ cdef class FastTarget:
             return _import_ndarray(obj)     # (host memory of 8-bit or wider types)
         if mode & ROUTE_CAPSULE:
             if mode & ROUTE_READ_MASK == ROUTE_TABLE:
-                return self._pass_table_capsule(mode, obj)
+                return self._pass_table_managed(mode, obj)
             return self._pass_protocol_capsule(obj)
         if mode & ROUTE_HANDOFF:
             return self._hand_off(mode, obj)
@@ -479,16 +572,19 @@ cdef class FastTarget:
         return self._read_and_make(mode & ROUTE_READ_MASK, obj)
 
     cdef void _uncarry(self, object obj) noexcept:
-        """Objects of type(obj) read through __dlpack__ are read here from now on."""
+        """Objects of type(obj) read through __dlpack__, or through their table after
+        the importer would not take a _Handed, are read here from now on."""
         cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
         cdef _RouteSlot* slot = self._slot(<void*>tp, False)
         if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag:
+            if slot.mode & ROUTE_READ_MASK == ROUTE_TABLE:
+                slot.mode &= ~ROUTE_HANDOFF     # (no dtype check: read and made)
             slot.mode &= ~(ROUTE_CARRY | ROUTE_CAPSULE)
             slot.uncarried = True
 
     def uncarried(self, obj):
-        """True when a carrier, or a capsule asked as the importer asks, was refused
-        for type(obj): its route reads here (explain)."""
+        """True when a carrier, a capsule asked as the importer asks, or a _Handed
+        was refused for type(obj): its route reads here (explain)."""
         cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(obj)
         cdef _RouteSlot* slot = self._slot(<void*>tp, False)
         return bool(slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.uncarried)
@@ -548,21 +644,22 @@ cdef class FastTarget:
         _keep_immutable(t, type_flags)
         return self._make_read(t, True)
 
-    cdef object _pass_table_capsule(self, int mode, object obj):
+    cdef object _pass_table_managed(self, int mode, object obj):
         """What a handoff to an importer that reads exchange tables does (the
         source's managed tensor, from its table, to the target), with the managed
         tensor checked on the way instead of the source being asked its dtype
-        first: in host memory, it goes as a capsule to the target's importer of
-        capsules when the target takes it as it is (plainly_takes), else it is read
-        here (a copy in C when only misaligned; anything else, the planner). Device
-        memory goes as the source object to the target's own importer, as a plain
-        handoff does. PyTorch's bit views go to the planner."""
+        first: in host memory, it goes in a _Handed to the target's importer when
+        the target takes it as it is (plainly_takes), else it is read here (a copy
+        in C when only misaligned; anything else, the planner). Device memory goes
+        as the source object to the target's own importer, as a plain handoff
+        does. PyTorch's bit views go to the planner."""
         cdef DLManagedTensorVersioned* managed = NULL
         cdef _ApiSlot* slot
         cdef DLDataType dt
         cdef int device_type, type_flags, kind
         cdef bint plain
         cdef Tensor t
+        cdef _Handed handed
         if not _use_exchange_api:
             return None
         slot = _type_slot(obj)
@@ -577,19 +674,47 @@ cdef class FastTarget:
         device_type = managed.dl_tensor.device.device_type
         plain = (managed.version.major == TB_DLPACK_MAJOR
                  and self._plainly_takes_dl(&managed.dl_tensor))
-        capsule = _foreign_capsule(managed)     # (its deleter runs if no one takes it)
+        handed = self.spare_handed
+        if handed is None:
+            try:
+                handed = _Handed()
+            except BaseException:
+                _call_deleter(managed, OWN_VERSIONED)
+                raise
+        else:
+            self.spare_handed = None
+        handed.managed = managed    # (released if no one takes it)
         # (Only complex tensors carry the conjugate bit.)
         if mode & ROUTE_TORCH_BITS and _torch_bits(obj, dt.code != kDLComplex) is not None:
+            handed.release()
+            self.spare_handed = handed
             return None
         if device_type != kDLCPU:
-            capsule = None
+            handed.release()
+            self.spare_handed = handed
+            handed = None
             if dt.lanes == 1 and dt.code < 18 and 8 <= dt.bits and dt.bits <= 128 \
                     and self.accept[dt.code][dt.bits]:
                 return self._hand_off(
                     mode & ~(ROUTE_CAPSULE | ROUTE_CHECK_DTYPE | ROUTE_TORCH_BITS), obj)
             return None
         if plain:
-            return _call_or_none(self.capsule_importer, capsule)    # None: the planner
+            result = _call_or_none(self.importer, handed)   # None: the planner
+            if result is None and handed.managed != NULL:
+                # It did not take the tensor (an importer that does not read this
+                # table, or that refused before reading it): objects of this type
+                # are read here from now on.
+                self._uncarry(obj)
+            if Py_REFCNT(handed) == 1:
+                # No one kept it: the next call's (one the importer refused is
+                # released first, so the producer's deleter runs now).
+                handed.release()
+                self.spare_handed = handed
+            return result
+        managed = handed.managed
+        handed.managed = NULL
+        self.spare_handed = handed
+        capsule = _foreign_capsule(managed)
         try:
             t = _read_capsule(capsule, &kind)
             t = _own_capsule(capsule, t, kind)

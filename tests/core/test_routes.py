@@ -101,6 +101,49 @@ def test_handoffs_check_what_the_importer_would_get_wrong():
     assert tb.convert(ro, "tvm_ffi").data_ptr() == ro.ctypes.data
 
 
+def _arange_of(name, n):
+    if name == "torch":
+        import torch
+
+        return torch.arange(float(n))
+    import paddle
+
+    return paddle.arange(n, dtype="float32")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("torch", marks=needs("torch", "tvm_ffi")),
+        pytest.param("paddle", marks=needs("paddle", "tvm_ffi")),
+    ],
+)
+def test_table_sources_reach_tvm_ffi_in_a_handed_tensor(name, no_planner):
+    # tvm_ffi.from_dlpack takes the managed tensor through our table (a refusal
+    # would turn the route into a read here): no planner, the same memory, and the
+    # source's reference released with the result.
+    import tvm_ffi
+
+    tb.convert(_arange_of(name, 3), "tvm_ffi")
+    mode = fast("tvm_ffi").route_of(_arange_of(name, 3))
+    assert mode & 7 == R["TABLE"] and mode & R["HANDOFF"] and mode & R["CAPSULE"]
+    no_planner("tvm_ffi")
+    x = _arange_of(name, 6)
+    if name == "torch":
+        uses = x._use_count()
+    outs = [tb.convert(x, "tvm_ffi") for _ in range(3)]
+    for out in outs:
+        assert type(out) is tvm_ffi.Tensor
+        assert tb.from_dlpack(out).data_ptr() == x.data_ptr()
+        assert np.from_dlpack(out).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert fast("tvm_ffi").route_of(x) == mode and not fast("tvm_ffi").uncarried(x)
+    if name == "torch":
+        assert x._use_count() > uses
+        del outs, out
+        gc.collect()
+        assert x._use_count() == uses
+
+
 @needs("jax")
 def test_immutable_sources_handed_to_numpy_stay_read_only():
     import jax.numpy as jnp
@@ -1002,7 +1045,7 @@ def test_legacy_exporters_are_not_carried_to_pyarrow():
     assert tb.convert(x, "pyarrow").to_pylist() == [0.0, 1.0, 2.0, 3.0]
 
 
-# -- table-capsule routes: a table source's managed tensor, checked, to an importer ---
+# -- table routes: a table source's managed tensor, checked, handed to an importer ----
 
 
 class _TableSource:
@@ -1026,25 +1069,30 @@ class _TableSource:
         return self.fields.get("device", (1, 0))
 
     def __dlpack__(self, **kwargs):
-        raise AssertionError("a table-capsule route never asks __dlpack__")
+        raise AssertionError("a table route never asks __dlpack__")
 
 
-TABLE_CAPSULE = R["TABLE"] | R["HANDOFF"] | R["CAPSULE"]
+TABLE_HANDED = R["TABLE"] | R["HANDOFF"] | R["CAPSULE"]
 
 
-def _capsule_target(capsule_importer=None, **overrides):
-    """A FastTarget for float32 host data whose importers record what they are given:
-    the capsule importer imports with tb.from_dlpack; the importer of objects (for
-    device memory) and the maker return tagged tuples."""
-    seen = {"capsules": [], "objects": [], "made": []}
+def _capsule_target(capsule_importer=None, importer=None, **overrides):
+    """A FastTarget for float32 host data whose importers record what they are
+    given. The importer of objects imports a _Handed through its type's table, as
+    tvm_ffi.from_dlpack does (here by tb.from_dlpack, which reads tables too), and
+    returns a source object (device memory) tagged; the importer of capsules
+    imports with tb.from_dlpack; the maker returns tagged tuples."""
+    seen = {"handed": [], "capsules": [], "objects": [], "made": []}
+
+    def import_object(obj):
+        if type(obj) is _core._Handed:
+            seen["handed"].append(_core.exchange_api_info(obj))
+            return tb.from_dlpack(obj)
+        seen["objects"].append(obj)
+        return ("imported", obj)
 
     def import_capsule(capsule):
         seen["capsules"].append(_testing.capsule_name(capsule))
         return tb.from_dlpack(capsule)
-
-    def import_object(obj):
-        seen["objects"].append(obj)
-        return ("imported", obj)
 
     def make(t):
         seen["made"].append(t)
@@ -1053,7 +1101,7 @@ def _capsule_target(capsule_importer=None, **overrides):
     options = dict(
         FLOAT32_HOST,
         maker=make,
-        importer=import_object,
+        importer=importer or import_object,
         capsule_importer=capsule_importer or import_capsule,
     )
     options.update(overrides)
@@ -1066,20 +1114,26 @@ def _released_once(source):
     return [(c.calls, c.capsule_frees) for c in source.counters]
 
 
-def test_a_table_capsule_route_gives_the_managed_tensor_to_the_importer():
+def test_a_table_route_hands_the_managed_tensor_to_the_importer():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     p = _TableSource(a)
     target, seen = _capsule_target()
-    target.remember(_TableSource, TABLE_CAPSULE)
+    target.remember(_TableSource, TABLE_HANDED)
     before = _testing.table_calls()
     out = _core._fast_convert(target, p)
     assert type(out) is Tensor and out.data_ptr() == a.ctypes.data and out.shape == (2, 3)
     assert _testing.table_calls() == before + 1
-    assert seen == {"capsules": ["dltensor_versioned"], "objects": [], "made": []}
+    # (a complete 1.3 table, without the optional DLTensor view)
+    assert seen == {"handed": [((1, 3), False)], "capsules": [], "objects": [], "made": []}
     assert p.counters[0].calls == 0  # the importer owns it now
     del out
     assert _released_once(p) == [(1, 0)]
-    assert target.route_of(p) == TABLE_CAPSULE
+    assert target.route_of(p) == TABLE_HANDED
+    # The next calls hand theirs over too, each released once.
+    outs = [_core._fast_convert(target, p) for _ in range(3)]
+    assert [o.data_ptr() for o in outs] == [a.ctypes.data] * 3
+    del outs
+    assert _released_once(p) == [(1, 0)] * 4
 
 
 @pytest.mark.parametrize(
@@ -1097,12 +1151,12 @@ def test_a_table_capsule_route_gives_the_managed_tensor_to_the_importer():
         (np.zeros(4, dtype=np.uint8), {"dtype": (2, 4, 1)}, None),
     ],
 )
-def test_a_table_capsule_the_target_does_not_plainly_take_is_read_here(array, fields, made):
+def test_a_managed_tensor_the_target_does_not_plainly_take_is_read_here(array, fields, made):
     p = _TableSource(array, **fields)
     target, seen = _capsule_target()
-    target.remember(_TableSource, TABLE_CAPSULE)
+    target.remember(_TableSource, TABLE_HANDED)
     out = _core._fast_convert(target, p)
-    assert seen["capsules"] == [] and seen["objects"] == []
+    assert seen["handed"] == seen["capsules"] == seen["objects"] == []
     if made is None:
         assert out is None  # the planner decides (and asks the table again)
     else:
@@ -1112,14 +1166,14 @@ def test_a_table_capsule_the_target_does_not_plainly_take_is_read_here(array, fi
     assert _released_once(p) == [(1, 0)]  # read here (consumed), released once
 
 
-def test_device_memory_on_a_table_capsule_route_goes_as_the_source_object():
+def test_device_memory_on_a_table_route_goes_as_the_source_object():
     # The table does not synchronise: the source object goes to the target's own
     # importer, which makes the stream handshake with it, as a plain handoff does.
     p = _TableSource(np.arange(4, dtype=np.float32), device=(2, 0))
     target, seen = _capsule_target()
-    target.remember(_TableSource, TABLE_CAPSULE)
+    target.remember(_TableSource, TABLE_HANDED)
     assert _core._fast_convert(target, p) == ("imported", p)
-    assert seen["capsules"] == [] and seen["objects"] == [p]
+    assert seen["handed"] == [] and seen["objects"] == [p]
     assert _released_once(p) == [(1, 0)]  # the table's tensor, released (once)
     # A dtype the target does not hold: the planner, and the importer is not asked.
     q = _TableSource(np.arange(4.0), device=(2, 0))
@@ -1131,43 +1185,147 @@ def test_device_memory_on_a_table_capsule_route_goes_as_the_source_object():
     "error, propagates",
     [(ValueError, False), (MemoryError, True), (KeyboardInterrupt, True)],
 )
-def test_a_capsule_importer_error_on_a_table_capsule_route(error, propagates):
-    def refuse(capsule):
-        raise error()  # (a new one: a shared one's traceback would keep the capsule)
+def test_an_importer_error_on_a_table_route(error, propagates):
+    def refuse(handed):
+        raise error()  # (a new one: a shared one's traceback would keep the object)
 
     p = _TableSource(np.arange(4, dtype=np.float32))
-    target, _ = _capsule_target(capsule_importer=refuse)
-    target.remember(_TableSource, TABLE_CAPSULE)
+    target, seen = _capsule_target(importer=refuse)
+    target.remember(_TableSource, TABLE_HANDED)
     if propagates:
-        with pytest.raises(error):
-            _core._fast_convert(target, p)
+        for _ in range(2):
+            with pytest.raises(error):
+                _core._fast_convert(target, p)
+        assert target.route_of(p) == TABLE_HANDED
     else:
         assert _core._fast_convert(target, p) is None  # the planner says what is wrong
-    assert _released_once(p) == [(1, 0)]  # unconsumed: released by our capsule, once
+        # The importer did not take the tensor: objects of this type are read here
+        # from now on (made by the target's maker), and stay so when remembered.
+        assert target.route_of(p) == R["TABLE"] and target.uncarried(p)
+        target.remember(_TableSource, TABLE_HANDED)
+        assert target.route_of(p) == R["TABLE"]
+        kind, t = _core._fast_convert(target, p)
+        assert kind == "made" and t.data_ptr() == p.array.ctypes.data
+        del t
+        seen.clear()
+    assert _released_once(p) == [(1, 0), (1, 0)]  # each released once
 
 
-def test_a_table_that_refuses_on_a_table_capsule_route():
+def test_an_importer_that_does_not_read_the_handed_table_is_told_why():
+    # tvm-ffi before 0.1.5 reads only __c_dlpack_exchange_api__: it would ask the
+    # _Handed for __dlpack__(), which says why it cannot answer.
+    seen = []
+
+    def protocol_only(obj):
+        try:
+            obj.__dlpack__()
+        except BufferError as exc:
+            seen.append((obj.__dlpack_device__(), str(exc)))
+            raise
+
+    p = _TableSource(np.arange(4, dtype=np.float32))
+    target, _ = _capsule_target(importer=protocol_only)
+    target.remember(_TableSource, TABLE_HANDED)
+    assert _core._fast_convert(target, p) is None
+    assert seen == [
+        (
+            (1, 0),
+            "tensorbridge: a _Handed gives its managed tensor through its "
+            "type's C exchange table (__dlpack_c_exchange_api__) only",
+        )
+    ]
+    assert target.route_of(p) == R["TABLE"]  # read here from now on
+    assert _released_once(p) == [(1, 0)]
+    emptied = _core._Handed()
+    for ask in (emptied.__dlpack__, emptied.__dlpack_device__):
+        with pytest.raises(BufferError, match="handed over already"):
+            ask()
+
+
+def test_a_handed_tensor_is_given_away_once():
+    # An importer that asks twice gets a BufferError the second time; one that keeps
+    # the object and takes the tensor later gets it, and the route does not reuse
+    # the object it kept.
+    kept = []
+
+    def twice(handed):
+        first = tb.from_dlpack(_testing.table_from_py(handed))  # as a C consumer asks
+        with pytest.raises(BufferError, match="handed over already"):
+            _testing.table_from_py(handed)
+        return first
+
+    def later(handed):
+        kept.append(handed)
+        return "later"
+
+    p = _TableSource(np.arange(4, dtype=np.float32))
+    target, _ = _capsule_target(importer=twice)
+    target.remember(_TableSource, TABLE_HANDED)
+    out = _core._fast_convert(target, p)
+    assert out.data_ptr() == p.array.ctypes.data
+    del out
+    assert _released_once(p) == [(1, 0)]
+
+    target, _ = _capsule_target(importer=later)
+    target.remember(_TableSource, TABLE_HANDED)
+    assert _core._fast_convert(target, p) == "later"
+    assert _core._fast_convert(target, p) == "later"
+    assert len(kept) == 2 and kept[0] is not kept[1]
+    late = tb.from_dlpack(kept[0])
+    assert late.data_ptr() == p.array.ctypes.data
+    assert _released_once(p)[1:] == [(0, 0), (0, 0)]  # one taken, one still held
+    del late, kept[:]
+    assert _released_once(p)[1:] == [(1, 0), (1, 0)]
+
+
+def test_the_handed_table_rebuilds_an_object_from_a_managed_tensor():
+    # managed_tensor_to_py_object_no_sync gives a _Handed holding the tensor, which
+    # a later from_py call gives away (the table is complete, as the standard asks).
+    a = np.arange(3, dtype=np.float32)
+    handed = _core._to_py_via_api(_core._Handed, tb.asarray(a))
+    assert type(handed) is _core._Handed
+    capsule = _testing.table_from_py(handed)  # as a C consumer asks
+    assert tb.from_dlpack(capsule).data_ptr() == a.ctypes.data
+    with pytest.raises(BufferError, match="handed over already"):
+        _testing.table_from_py(handed)
+    with pytest.raises(BufferError, match="handed over already"):
+        _testing.table_from_py(_core._Handed())  # an empty one
+
+
+def test_a_table_that_refuses_on_a_table_route():
     class Refusing(_TableSource):
         def _table_capsule(self):
             raise BufferError("the fake table refuses")
 
     p = Refusing(np.arange(4, dtype=np.float32))
     target, seen = _capsule_target()
-    target.remember(Refusing, TABLE_CAPSULE)
+    target.remember(Refusing, TABLE_HANDED)
     assert _core._fast_convert(target, p) is None
-    assert seen == {"capsules": [], "objects": [], "made": []}
+    assert seen == {"handed": [], "capsules": [], "objects": [], "made": []}
 
 
-def test_capsule_routes_need_a_table_or_the_protocol_and_a_capsule_importer():
+def test_capsule_routes_need_a_table_or_the_protocol_and_an_importer():
     target, _ = _capsule_target()
     with pytest.raises(ValueError, match="cannot read"):
         target.remember(np.ndarray, R["NDARRAY"] | R["CAPSULE"])
     with pytest.raises(ValueError, match="cannot read"):
         target.remember(Tensor, R["TENSOR"] | R["CAPSULE"])
-    bare = _core.FastTarget(**FLOAT32_HOST, maker=lambda t: t)  # no capsule importer
-    for tp, mode in [(_TableSource, TABLE_CAPSULE), (_CapsuleSource, PROTOCOL_CAPSULE)]:
+    bare = _core.FastTarget(**FLOAT32_HOST, maker=lambda t: t)  # no importers
+    for tp, mode in [(_TableSource, TABLE_HANDED), (_CapsuleSource, PROTOCOL_CAPSULE)]:
         with pytest.raises(ValueError, match="cannot read"):
             bare.remember(tp, mode)
+    # A table route hands the managed tensor to the importer of objects; a protocol
+    # route gives its capsule to the importer of capsules.
+    objects_only = _core.FastTarget(**FLOAT32_HOST, maker=lambda t: t, importer=tb.from_dlpack)
+    objects_only.remember(_TableSource, TABLE_HANDED)
+    with pytest.raises(ValueError, match="cannot read"):
+        objects_only.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    capsules_only = _core.FastTarget(
+        **FLOAT32_HOST, maker=lambda t: t, capsule_importer=tb.from_dlpack
+    )
+    capsules_only.remember(_CapsuleSource, PROTOCOL_CAPSULE)
+    with pytest.raises(ValueError, match="cannot read"):
+        capsules_only.remember(_TableSource, TABLE_HANDED)
 
 
 # -- capsule routes of protocol sources: asked here as the importer asks, checked ----
@@ -1197,7 +1355,7 @@ def test_a_capsule_route_asks_the_source_as_the_importer_does_and_passes_the_cap
     out = _core._fast_convert(target, p)
     assert type(out) is Tensor and out.data_ptr() == a.ctypes.data and out.shape == (2, 3)
     assert p.calls == [{}]  # __dlpack__() with no keywords, once
-    assert seen == {"capsules": ["dltensor"], "objects": [], "made": []}
+    assert seen == {"handed": [], "capsules": ["dltensor"], "objects": [], "made": []}
     assert p.counters[0].calls == 0  # the importer owns it now
     del out
     assert _released_once(p) == [(1, 0)]
@@ -1240,7 +1398,7 @@ def test_a_protocol_capsule_the_target_does_not_plainly_take_is_read_here(
 
 @pytest.mark.parametrize(
     "source, mode",
-    [(_TableSource, TABLE_CAPSULE), (_capsule_source, PROTOCOL_CAPSULE)],
+    [(_TableSource, TABLE_HANDED), (_capsule_source, PROTOCOL_CAPSULE)],
     ids=["table", "protocol"],
 )
 def test_misaligned_data_on_a_capsule_route_is_copied_in_c(source, mode):
@@ -1249,7 +1407,7 @@ def test_misaligned_data_on_a_capsule_route_is_copied_in_c(source, mode):
     target.remember(type(p), mode)
     kind, t = _core._fast_convert(target, p)
     assert kind == "made" and t.data_ptr() % 64 == 0 and t.tolist() == list(range(8))
-    assert seen["capsules"] == []
+    assert seen["capsules"] == seen["handed"] == []
     del t
     seen.clear()
     assert _released_once(p) == [(1, 0)]
@@ -1264,7 +1422,7 @@ def test_device_memory_on_a_protocol_capsule_route_goes_to_the_planner():
     target, seen = _capsule_target()
     target.remember(type(p), PROTOCOL_CAPSULE)
     assert _core._fast_convert(target, p) is None
-    assert p.calls == [{}] and seen == {"capsules": [], "objects": [], "made": []}
+    assert p.calls == [{}] and seen == {"handed": [], "capsules": [], "objects": [], "made": []}
     assert target.asks_device_first(p)
     assert _core._fast_convert(target, p) is None
     assert p.calls == [{}]
@@ -1345,7 +1503,7 @@ def test_a_protocol_capsule_route_given_no_capsule_leaves_it_to_the_planner():
     target, seen = _capsule_target()
     target.remember(_CapsuleSource, PROTOCOL_CAPSULE)
     assert _core._fast_convert(target, p) is None
-    assert p.calls == [{}] and seen == {"capsules": [], "objects": [], "made": []}
+    assert p.calls == [{}] and seen == {"handed": [], "capsules": [], "objects": [], "made": []}
 
 
 # -- into tensorbridge itself: the route's read is the answer ----------------------

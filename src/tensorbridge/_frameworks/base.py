@@ -139,7 +139,9 @@ class Framework:
     #: whose framework holds no other dtypes, are handed over.
     importer_refuses_dtypes: ClassVar[bool] = True
     #: True when that importer reads producers' C exchange tables itself (then a
-    #: handoff beats reading the source here and exporting it again).
+    #: handoff beats reading the source here and exporting it again): a table
+    #: source's managed tensor is checked here and given to it through a table of
+    #: ours, instead of asking the source its dtype before a handoff.
     importer_reads_tables: ClassVar[bool] = False
     #: True when its tensors' ``__dlpack__`` gives legacy capsules whatever it is
     #: asked (so a consumer cannot learn whether they are read-only).
@@ -309,11 +311,8 @@ class Framework:
         objects imports an object's ``__dlpack__()`` (a legacy capsule; MLX, tvm-ffi,
         TensorFlow). Trusted sources read through ``__dlpack__`` are then asked here
         as that importer asks them, and the capsule is checked before it is passed
-        on (instead of a `carry_importer`); for targets whose importer reads
-        exchange tables (`importer_reads_tables`), a table source's managed tensor is
-        checked here and given to it as a versioned capsule, instead of asking the
-        source its dtype before a handoff. None: no such routes. See docs/design.md,
-        "Routes"."""
+        on (instead of a `carry_importer`). None: no such routes. See
+        docs/design.md, "Routes"."""
         return None
 
     @classmethod
