@@ -729,12 +729,18 @@ def _route_text(
             else "the source needs fixing first, or is not a DLPack producer"
         )
         return f"planned on every call ({why})"
+    # A carrier, a capsule or a _Handed was refused for this type: read here.
+    refused = bool(mode & (_ROUTE["CARRY"] | _ROUTE["CAPSULE"])) and fast.uncarried(obj)
     if plan._on_stream_device:
         # A handoff gives device memory to the importer too (a table route
         # releases the managed tensor and hands the object over); carried and capsule
         # routes of __dlpack__ sources leave it to the planner.
-        if mode & _ROUTE["HANDOFF"] and not (
-            mode & 7 == _ROUTE["PROTOCOL"] and mode & (_ROUTE["CAPSULE"] | _ROUTE["CARRY"])
+        if (
+            mode & _ROUTE["HANDOFF"]
+            and not (
+                mode & 7 == _ROUTE["PROTOCOL"] and mode & (_ROUTE["CAPSULE"] | _ROUTE["CARRY"])
+            )
+            and not refused
         ):
             return (
                 f"in C after the first call: the source object goes to {framework.name}'s "
@@ -743,17 +749,17 @@ def _route_text(
         return "planned on every call (device memory is asked for on the target's stream)"
     if mode & 7 == _ROUTE["PROTOCOL"] and fast.asks_device_first(obj):
         return "planned on every call (this type has exported device memory)"
-    if mode & _ROUTE["CAPSULE"] and mode & 7 == _ROUTE["TABLE"]:
-        text = (
-            "in C after the first call: the source's managed tensor, from "
-            f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked "
-            "(as a tensorbridge Tensor when it is out of the ordinary, such as empty)"
-        )
-    elif mode & (_ROUTE["CARRY"] | _ROUTE["CAPSULE"]) and fast.uncarried(obj):
+    if refused:
         text = (
             f"in C after the first call: read through {_READERS[mode & 7]}, then made "
             f"by {framework.name} (data of this type was refused on the way to "
             f"{framework.name}'s importer before)"
+        )
+    elif mode & _ROUTE["CAPSULE"] and mode & 7 == _ROUTE["TABLE"]:
+        text = (
+            "in C after the first call: the source's managed tensor, from "
+            f"{_READERS[mode & 7]}, goes to {framework.name}'s importer once it is checked "
+            "(as a tensorbridge Tensor when it is out of the ordinary, such as empty)"
         )
     elif mode & _ROUTE["CAPSULE"]:
         text = (

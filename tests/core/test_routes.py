@@ -144,6 +144,46 @@ def test_table_sources_reach_tvm_ffi_in_a_handed_tensor(name, no_planner):
         assert x._use_count() == uses
 
 
+@needs("torch", "tvm_ffi")
+def test_an_importer_that_will_not_read_our_table_costs_one_refusal(monkeypatch):
+    # tvm-ffi before 0.1.5 reads only __c_dlpack_exchange_api__: it asks a _Handed
+    # for __dlpack__(), which refuses. Simulated on a fresh FastTarget: the route is
+    # read here from then on, converts stay right, and explain says why.
+    import torch
+    import tvm_ffi
+
+    framework = FRAMEWORKS["tvm_ffi"]
+    original = framework.fast_target()
+    refused = []
+
+    def old_from_dlpack(obj):
+        if type(obj) is _core._Handed:
+            refused.append(obj.__dlpack_device__())
+            obj.__dlpack__()  # BufferError: only through the table
+        return tvm_ffi.from_dlpack(obj)
+
+    monkeypatch.setattr(framework, "importer", classmethod(lambda cls: old_from_dlpack))
+    monkeypatch.setattr(framework, "fast_cache", None)
+    _core.clear_routes()  # (so the planner decides again, with the new target)
+    try:
+        x = torch.arange(4.0)
+        tb.convert(x, "tvm_ffi")  # planned; the route is cached
+        target = framework.fast_target()
+        assert target is not original
+        assert target.route_of(x) & R["CAPSULE"]
+        for _ in range(3):
+            out = tb.convert(x, "tvm_ffi")
+            assert tb.from_dlpack(out).data_ptr() == x.data_ptr()
+        assert refused == [(1, 0)]  # refused once; read and made after
+        assert target.route_of(x) == R["TABLE"] | R["TORCH_BITS"]
+        route = tb.explain(x, "tvm_ffi").route
+        assert "read through its type's DLPack C exchange table, then made" in route
+        assert "refused on the way to tvm_ffi's importer before" in route
+    finally:
+        _core.set_fast_target("tvm_ffi", original)
+        _core.clear_routes()
+
+
 @needs("jax")
 def test_immutable_sources_handed_to_numpy_stay_read_only():
     import jax.numpy as jnp
