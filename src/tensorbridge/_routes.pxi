@@ -686,13 +686,10 @@ cdef class FastTarget:
         handed.managed = managed    # (released if no one takes it)
         # (Only complex tensors carry the conjugate bit.)
         if mode & ROUTE_TORCH_BITS and _torch_bits(obj, dt.code != kDLComplex) is not None:
-            handed.release()
-            self.spare_handed = handed
+            self._keep_spare(handed)
             return None
         if device_type != kDLCPU:
-            handed.release()
-            self.spare_handed = handed
-            handed = None
+            self._keep_spare(handed)
             if dt.lanes == 1 and dt.code < 18 and 8 <= dt.bits and dt.bits <= 128 \
                     and self.accept[dt.code][dt.bits]:
                 return self._hand_off(
@@ -706,10 +703,7 @@ cdef class FastTarget:
                 # are read here from now on.
                 self._uncarry(obj)
             if Py_REFCNT(handed) == 1:
-                # No one kept it: the next call's (one the importer refused is
-                # released first, so the producer's deleter runs now).
-                handed.release()
-                self.spare_handed = handed
+                self._keep_spare(handed)    # (no one kept it)
             return result
         managed = handed.managed
         handed.managed = NULL
@@ -726,6 +720,12 @@ cdef class FastTarget:
             capsule = None
         _keep_immutable(t, type_flags)
         return self._make_read(t, False)
+
+    cdef void _keep_spare(self, _Handed handed) noexcept:
+        """handed, for the next table route's call: a tensor it still holds (the
+        importer refused it) is released now."""
+        handed.release()
+        self.spare_handed = handed
 
     cdef object _pass_protocol_capsule(self, object obj):
         """A carried route without the carrier, for targets whose importer of
