@@ -91,3 +91,143 @@ def test_torch_bits_of_subclasses():
         tb.from_dlpack(torch.arange(3.0).as_subclass(SaysNegative))
     with pytest.raises(BufferError, match="conjugate bit"):
         tb.from_dlpack(torch.nn.Parameter(z, requires_grad=False))
+
+
+# -- torch's own C++ readers of the bits ------------------------------------------------
+# The bits are read with at::native::is_neg / is_conj on the at::Tensor in the tensor's
+# Python object (a few ns) once these were checked against the methods (0.1 µs: they
+# release the GIL); "off" is the methods' way. Both must give the same answers.
+
+
+@pytest.fixture(params=["readers", "methods"])
+def bit_reading(request):
+    from tensorbridge import _core
+
+    found = _core._torch_bit_readers("find" if request.param == "readers" else "off")
+    if request.param == "readers" and not found:
+        pytest.skip("torch's C++ bit readers are not found with this torch build")
+    yield request.param
+    _core._torch_bit_readers("find")
+
+
+def _bit_tensors():
+    """(name, tensor, 'negative'/'conjugate'/None): each way torch sets, keeps or drops
+    the bits, on several dtypes and layouts."""
+    import pickle
+
+    import torch
+
+    z = torch.tensor([[1 + 2j, 3 - 4j, 5 + 0j], [-1 - 1j, 2 + 0.5j, 0j]])
+    neg = z.conj().imag
+    in_place = torch.arange(6.0)
+    torch._C._set_neg(in_place, True)
+    conj_in_place = torch.tensor([1 + 1j, 2 - 2j])
+    torch._C._set_conj(conj_in_place, True)
+    cases = [
+        ("plain", torch.arange(6.0), None),
+        ("real part of a conjugate", z.conj().real, None),
+        ("imaginary part", z.imag, None),
+        ("conjugate", z.conj(), "conjugate"),
+        ("conjugate, transposed", z.conj().T, "conjugate"),
+        ("negative", neg, "negative"),
+        ("negative, strided", neg[:, ::2], "negative"),
+        ("negative, detached", neg.detach(), "negative"),
+        ("negative, pickled", pickle.loads(pickle.dumps(neg)), "negative"),
+        ("negative, resolved", neg.resolve_neg(), None),
+        ("conjugate, resolved", z.conj().resolve_conj(), None),
+        ("negative bit set in place", in_place, "negative"),
+        ("conjugate bit set in place", conj_in_place, "conjugate"),
+        (
+            "negative float64",
+            torch.tensor([1 + 2j], dtype=torch.complex128).conj().imag,
+            "negative",
+        ),
+        ("negative int view", torch._neg_view(torch.arange(4)), "negative"),
+        ("parameter", torch.nn.Parameter(neg.detach(), requires_grad=False), "negative"),
+    ]
+    return cases
+
+
+def _bits_seen(x):
+    """What from_dlpack says of x: the bit it refuses, or None when it imports it."""
+    try:
+        tb.from_dlpack(x)
+    except BufferError as exc:
+        for what in ("negative", "conjugate"):
+            if f"{what} bit set" in str(exc):
+                return what
+        raise
+    return None
+
+
+def test_each_way_of_setting_the_bits_is_seen(bit_reading):
+    import torch
+
+    for name, x, bit in _bit_tensors():
+        assert (bit == "negative") == x.is_neg() and (bit == "conjugate") == x.is_conj(), name
+        for _ in range(2):  # the first call decides the routes, the second runs them
+            assert _bits_seen(x) == bit, name
+            expected = x.resolve_neg().resolve_conj().numpy()
+            assert tb.convert(x, "numpy").tolist() == expected.tolist(), name
+        if not x.is_conj():
+            assert torch.equal(tb.convert(x, "torch"), x), name
+    used = tb._core.torch_bits_read_directly(torch.Tensor)
+    assert used is (bit_reading == "readers")
+    assert tb._core.torch_bits_read_directly(torch.nn.Parameter) is used
+
+
+def test_a_bit_set_after_the_route_is_cached_is_seen(bit_reading):
+    import numpy as np
+    import torch
+
+    x = torch.arange(4.0)
+    for _ in range(3):
+        assert tb.convert(x, "numpy").tolist() == [0.0, 1.0, 2.0, 3.0]
+    torch._C._set_neg(x, True)
+    assert _bits_seen(x) == "negative"
+    assert tb.convert(x, "numpy").tolist() == [-0.0, -1.0, -2.0, -3.0]
+    torch._C._set_neg(x, False)
+    assert np.shares_memory(tb.convert(x, "numpy"), x.numpy())
+
+
+def test_subclasses_with_their_own_torch_function_keep_the_methods():
+    # A __torch_function__ of the subclass's own sees is_neg asked, as it would
+    # without tensorbridge; torch's default one (or none) only calls the method, so
+    # those subclasses are read directly.
+    import torch
+    from tensorbridge import _core
+
+    seen = []
+
+    class Watched(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    class Plain(torch.Tensor):
+        pass
+
+    if not _core._torch_bit_readers("find"):
+        pytest.skip("torch's C++ bit readers are not found with this torch build")
+    neg = torch.tensor([1 + 2j]).conj().imag
+    assert _bits_seen(neg.as_subclass(Watched)) == "negative"
+    assert "is_neg" in seen
+    assert _core.torch_bits_read_directly(Watched) is False
+    assert _bits_seen(neg.as_subclass(Plain)) == "negative"
+    assert _bits_seen(torch.arange(2.0).as_subclass(Plain)) is None
+    assert _core.torch_bits_read_directly(Plain) is True
+
+
+def test_the_readers_are_found_with_the_torch_ci_installs():
+    # The speed of torch tensors depends on them (a method call costs about 0.1 µs):
+    # on Linux and macOS, with the torch this project tests, they must be found.
+    import sys
+
+    from tensorbridge import _core
+
+    if sys.platform not in ("linux", "darwin"):
+        pytest.skip("the readers are looked up with dlopen/dlsym")
+    assert _core._torch_bit_readers("find") is True
+    with pytest.raises(ValueError, match="'off' or 'find'"):
+        _core._torch_bit_readers("on")
