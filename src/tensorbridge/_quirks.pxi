@@ -15,12 +15,15 @@ cdef extern from "_torch.h":
 # PyTorch's bit views
 # --------------------------------------------------------------------------
 
-# type -> (is_neg, is_conj, direct) for torch tensor types (the unbound methods, and
-# whether the bits are read with torch's C++ readers), False for others; the last
-# type asked about is also kept in a one-entry cache, with the C functions of its
-# two methods (NULL: the method is called as an object).
+# type -> (methods, direct, tag): for a torch tensor type, methods is its (is_neg,
+# is_conj) and direct whether its bits are read with torch's C++ readers; for any
+# other type, methods is False. tag is the type's version tag when this was decided:
+# an entry whose type (or a base) changed since, say a __torch_function__ assigned
+# later, is decided again. The last type asked about is also kept in a one-entry
+# cache, with the C functions of its two methods (NULL: called as objects).
 cdef dict _torch_tensor_types = {}
 cdef void* _torch_last_type = NULL
+cdef unsigned int _torch_last_tag = 0
 cdef object _torch_last_methods = None
 cdef PyCFunction _torch_last_neg = NULL
 cdef PyCFunction _torch_last_conj = NULL
@@ -31,75 +34,19 @@ cdef bint _torch_last_direct = False
 # methods take about 0.1 µs (they release and retake the GIL). Found once, in the
 # libraries torch._C links, and used only after _find_bit_readers has checked both
 # them and that layout against the methods; NULL: the methods are called.
-cdef bint _bit_readers_looked = False
+cdef bint _bit_readers_decided = False  # looked for, and kept or not, for good
+cdef bint _bit_readers_looking = False
 cdef void* _neg_reader = NULL
 cdef void* _conj_reader = NULL
+cdef PyCFunction _base_neg = NULL               # TensorBase.is_neg's C function
+cdef PyCFunction _base_conj = NULL
 cdef object _torch_tensor_base = None           # torch._C.TensorBase
-cdef object _torch_default_functions = ()       # __torch_function__s that only call
+cdef object _torch_default_functions = ()       # the __torch_function__s that only call
 
 # (Itanium C++ names: at::native::is_neg(at::Tensor const&), and is_conj.)
 cdef bytes _NEG_SYMBOL = b"_ZN2at6native6is_negERKNS_6TensorE"
 cdef bytes _CONJ_SYMBOL = b"_ZN2at6native7is_conjERKNS_6TensorE"
 
-
-cdef int _find_bit_readers() except -1:
-    """Look for torch's C++ bit readers once torch is imported, and keep them only
-    if, on tensors with each combination of the bits (views and not, a subclass),
-    the at::Tensor after the object head is the one Tensor._cdata names and both
-    readers agree with is_neg() and is_conj(). A torch built otherwise (Windows,
-    another layout, the symbols gone) keeps the methods."""
-    global _bit_readers_looked, _neg_reader, _conj_reader, _torch_tensor_base
-    global _torch_default_functions
-    torch = _sys.modules.get("torch")
-    if _bit_readers_looked or torch is None or not hasattr(torch, "nn"):
-        return 0    # (torch half imported: asked again with the next type)
-    _bit_readers_looked = True
-    try:
-        base = torch._C.TensorBase
-        library = _os.fsencode(torch._C.__file__)
-        neg = tb_loaded_symbol(library, _NEG_SYMBOL)
-        conj = tb_loaded_symbol(library, _CONJ_SYMBOL)
-        if neg == NULL or conj == NULL \
-                or base.__basicsize__ < <Py_ssize_t>(sizeof(PyObject) + sizeof(void*)):
-            return 0
-        # (Made with the user's torch function and dispatch modes off: a FakeTensor
-        # mode would make other tensors than the ones asked for.)
-        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-            z = torch.zeros(2, dtype=torch.complex64)
-            samples = (torch.zeros(2), z, z.conj(), z.conj().imag, z.conj().imag.detach(),
-                       z.conj().detach(), torch.nn.Parameter(torch.zeros(2)))
-        for t in samples:
-            if not isinstance(t, base) \
-                    or <size_t>tb_torch_impl(<PyObject*>t) != <size_t>t._cdata:
-                return 0
-            if tb_torch_bit(neg, <PyObject*>t) != bool(t.is_neg()) \
-                    or tb_torch_bit(conj, <PyObject*>t) != bool(t.is_conj()):
-                return 0
-        functions = (torch._C._disabled_torch_function_impl,
-                     torch.Tensor.__torch_function__.__func__)
-    except Exception:
-        return 0
-    _torch_tensor_base = base
-    _torch_default_functions = functions
-    _neg_reader = neg
-    _conj_reader = conj
-    return 0
-
-
-cdef bint _reads_bits_directly(object tp, PyCFunction is_neg, PyCFunction is_conj) except -1:
-    """Whether tp's bits may be read with torch's C++ readers: its is_neg and
-    is_conj are torch's own C methods, and its __torch_function__ is torch's
-    default (which calls the method) or disabled, so the methods would read the
-    same bit of the same at::Tensor. A subclass with a __torch_function__ of its
-    own keeps the methods, and its __torch_function__ sees them called."""
-    if is_neg == NULL or is_conj == NULL:
-        return False
-    _find_bit_readers()
-    if _neg_reader == NULL or not issubclass(tp, _torch_tensor_base):
-        return False
-    function = getattr(tp, "__torch_function__", None)
-    function = getattr(function, "__func__", function)
-    return function is None or function in _torch_default_functions
 
 cdef bint _is_torch_type(object cls):
     """A PyTorch tensor type, or a subclass of one defined anywhere (found by the
@@ -143,6 +90,131 @@ cdef int _call_bit(PyCFunction function, object method, object x) except -1:
     return 1 if result else 0
 
 
+cdef int _find_bit_readers(bytes neg_symbol, bytes conj_symbol) except -1:
+    """Look for torch's C++ bit readers once torch is imported, and keep them only
+    if, on tensors with each combination of the bits (views and not, a subclass),
+    the at::Tensor after the object head is the one Tensor._cdata names and both
+    readers agree with is_neg() and is_conj(). A torch built otherwise (Windows,
+    another layout, the symbols gone) keeps the methods. Decided for good only when
+    the look ends (an interrupt, or torch half imported, leaves it to the next
+    type); a look already under way (the tensors made here release the GIL) is not
+    begun again."""
+    global _bit_readers_decided, _bit_readers_looking
+    torch = _sys.modules.get("torch")
+    if _bit_readers_decided or _bit_readers_looking or torch is None \
+            or not hasattr(torch, "nn"):
+        return 0
+    _bit_readers_looking = True
+    try:
+        _keep_bit_readers_if_right(torch, neg_symbol, conj_symbol)
+        _bit_readers_decided = True
+    finally:
+        _bit_readers_looking = False
+    return 0
+
+
+cdef int _keep_bit_readers_if_right(object torch, bytes neg_symbol, bytes conj_symbol) \
+        except -1:
+    global _neg_reader, _conj_reader, _base_neg, _base_conj, _torch_tensor_base
+    global _torch_default_functions
+    cdef PyCFunction base_neg, base_conj
+    try:
+        base = torch._C.TensorBase
+        library = _os.fsencode(torch._C.__file__)
+        neg = tb_loaded_symbol(library, neg_symbol)
+        conj = tb_loaded_symbol(library, conj_symbol)
+        base_neg = _noargs_function(base, base.__dict__["is_neg"])
+        base_conj = _noargs_function(base, base.__dict__["is_conj"])
+        if neg == NULL or conj == NULL or base_neg == NULL or base_conj == NULL \
+                or base.__basicsize__ < <Py_ssize_t>(sizeof(PyObject) + sizeof(void*)):
+            return 0
+        # (With the user's torch function and dispatch modes off: a FakeTensor mode
+        # would make other tensors than the ones asked for, a mode that refuses
+        # calls would leave the process on the methods.)
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            z = torch.zeros(2, dtype=torch.complex64)
+            samples = (torch.zeros(2), z, z.conj(), z.conj().imag, z.conj().imag.detach(),
+                       z.conj().detach(), torch.nn.Parameter(torch.zeros(2)))
+            for t in samples:
+                if not isinstance(t, base) \
+                        or <size_t>tb_torch_impl(<PyObject*>t) != <size_t>t._cdata:
+                    return 0
+                if tb_torch_bit(neg, <PyObject*>t) != bool(t.is_neg()) \
+                        or tb_torch_bit(conj, <PyObject*>t) != bool(t.is_conj()):
+                    return 0
+        functions = (torch._C._disabled_torch_function_impl,
+                     torch.Tensor.__torch_function__.__func__)
+    except Exception:
+        return 0
+    _torch_tensor_base = base
+    _torch_default_functions = functions
+    _base_neg = base_neg
+    _base_conj = base_conj
+    _conj_reader = conj
+    _neg_reader = neg
+    return 0
+
+
+cdef int _reads_bits_directly(object tp, PyCFunction is_neg, PyCFunction is_conj) except -2:
+    """1 when tp's bits may be read with torch's C++ readers: its is_neg and is_conj
+    are TensorBase's own C methods, and its __torch_function__ is torch's default
+    (which calls the method) or disabled, so the methods would read the same bit of
+    the same at::Tensor. A subclass with a __torch_function__ of its own keeps the
+    methods, and its __torch_function__ sees them called. 0 when not; -1 while the
+    readers are not decided yet (not to be kept)."""
+    _find_bit_readers(_NEG_SYMBOL, _CONJ_SYMBOL)
+    if not _bit_readers_decided:
+        return -1
+    if _neg_reader == NULL or _conj_reader == NULL or is_neg != _base_neg \
+            or is_conj != _base_conj or not issubclass(tp, _torch_tensor_base):
+        return 0
+    function = getattr(tp, "__torch_function__", None)
+    function = getattr(function, "__func__", function)
+    for default in _torch_default_functions:
+        if function is default:
+            return 1
+    return 0
+
+
+cdef bint _learn_torch_type(object tp) except -1:
+    """Fill the one-entry cache for tp: False when it is no torch tensor type."""
+    global _torch_last_type, _torch_last_tag, _torch_last_methods, _torch_last_neg
+    global _torch_last_conj, _torch_last_direct
+    cdef PyCFunction is_neg = NULL, is_conj = NULL
+    cdef int direct = 0
+    cdef unsigned int tag
+    entry = _torch_tensor_types.get(tp)
+    if entry is not None and (<tuple>entry)[2] != 0 and \
+            (<tuple>entry)[2] == (<_TypeObj*><PyObject*>tp).tp_version_tag:
+        methods = (<tuple>entry)[0]
+        direct = (<tuple>entry)[1]
+    elif _is_torch_type(tp):
+        methods = (tp.is_neg, tp.is_conj)
+        direct = _reads_bits_directly(tp, _noargs_function(tp, (<tuple>methods)[0]),
+                                      _noargs_function(tp, (<tuple>methods)[1]))
+    else:
+        methods = False
+    # (Read after the lookups above, which give tp a tag if it had none.)
+    tag = (<_TypeObj*><PyObject*>tp).tp_version_tag
+    if direct >= 0 and tag != 0:
+        _torch_tensor_types[tp] = (methods, direct, tag)
+    # The dict keeps tp alive, so the pointer cannot be reused by another type.
+    _torch_last_type = NULL
+    if methods is not False:
+        # (issubclass may run Python code that asks about another type: the cache is
+        # written only once both are known.)
+        is_neg = _noargs_function(tp, (<tuple>methods)[0])
+        is_conj = _noargs_function(tp, (<tuple>methods)[1])
+    _torch_last_neg = is_neg
+    _torch_last_conj = is_conj
+    _torch_last_direct = direct == 1
+    _torch_last_methods = methods
+    _torch_last_tag = tag
+    if direct >= 0 and tag != 0 and tp in _torch_tensor_types:
+        _torch_last_type = <void*>tp    # (else decided again on the next call)
+    return methods is not False
+
+
 cdef object _torch_bits(object x, bint complex_only_conj):
     """None, or "negative"/"conjugate" when x is a torch tensor whose memory does
     not hold its values (a view with the negative or conjugate bit set).
@@ -153,35 +225,12 @@ cdef object _torch_bits(object x, bint complex_only_conj):
     with no flag; any dtype can carry the negative bit (z.conj().imag is a float
     view, _neg_view and _set_neg take any dtype); .detach(), .data and pickling keep
     it on tensors that are not views."""
-    global _torch_last_type, _torch_last_methods, _torch_last_neg, _torch_last_conj
-    global _torch_last_direct
+    cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
     cdef PyCFunction is_neg, is_conj
-    if <void*>Py_TYPE(x) == _torch_last_type:
-        methods = _torch_last_methods
-    else:
-        tp = type(x)
-        methods = _torch_tensor_types.get(tp)
-        is_neg = is_conj = NULL
-        if methods is None and _is_torch_type(tp):
-            is_neg = _noargs_function(tp, tp.is_neg)
-            is_conj = _noargs_function(tp, tp.is_conj)
-            methods = (tp.is_neg, tp.is_conj, _reads_bits_directly(tp, is_neg, is_conj))
-        elif methods is None:
-            methods = False
-        _torch_tensor_types[tp] = methods
-        # The dict keeps tp alive, so the pointer cannot be reused by another type.
-        _torch_last_type = NULL
-        if methods is not False:
-            # (issubclass may run Python code that asks about another type: the
-            # cache is written only once both are known.)
-            is_neg = _noargs_function(tp, (<tuple>methods)[0])
-            is_conj = _noargs_function(tp, (<tuple>methods)[1])
-        _torch_last_neg = is_neg
-        _torch_last_conj = is_conj
-        _torch_last_direct = methods is not False and (<tuple>methods)[2]
-        _torch_last_type = <void*>tp
-        _torch_last_methods = methods
-    if methods is False:
+    if <void*>tp != _torch_last_type or tp.tp_version_tag != _torch_last_tag:
+        if not _learn_torch_type(type(x)):
+            return None
+    elif _torch_last_methods is False:
         return None
     if _torch_last_direct:
         if tb_torch_bit(_neg_reader, <PyObject*>x):
@@ -191,6 +240,7 @@ cdef object _torch_bits(object x, bint complex_only_conj):
         return None
     # Locals: the calls may run Python code (a __torch_function__) that imports
     # a tensor of another type, which replaces the cache entry.
+    methods = _torch_last_methods
     is_neg = _torch_last_neg
     is_conj = _torch_last_conj
     if _call_bit(is_neg, (<tuple>methods)[0], x):
@@ -220,24 +270,27 @@ cdef int _check_torch_bits(object x) except -1:
     return 0
 
 
-def _torch_bit_readers(str what):
+def _torch_bit_readers(str what, bytes neg_symbol=_NEG_SYMBOL, bytes conj_symbol=_CONJ_SYMBOL):
     """Tests: "off" forgets torch's C++ bit readers, so the methods are called from
-    now on; "find" looks for them again. Both clear the caches of types. Whether
-    the readers are in use."""
-    global _bit_readers_looked, _neg_reader, _conj_reader, _torch_last_type
+    now on; "find" looks for them again, under the given C++ names. Both clear the
+    caches of types. Whether the readers are in use."""
+    global _bit_readers_decided, _neg_reader, _conj_reader, _torch_last_type
     if what not in ("off", "find"):
         raise ValueError(f"_torch_bit_readers(): 'off' or 'find', not {what!r}")
     _torch_last_type = NULL
     _torch_tensor_types.clear()
     _neg_reader = _conj_reader = NULL
-    _bit_readers_looked = what == "off"
+    _bit_readers_decided = what == "off"
     if what == "find":
-        _find_bit_readers()
+        _find_bit_readers(neg_symbol, conj_symbol)
     return _neg_reader != NULL
 
 
 def torch_bits_read_directly(tp):
     """Whether the bits of tp's tensors are read with torch's C++ readers rather
-    than its methods; None when tp is no torch tensor type or not seen yet (tests)."""
-    methods = _torch_tensor_types.get(tp)
-    return None if not methods else bool((<tuple>methods)[2])
+    than its methods; None when tp is no torch tensor type, or its answer is not
+    kept (tests)."""
+    entry = _torch_tensor_types.get(tp)
+    if entry is None or (<tuple>entry)[0] is False:
+        return None
+    return bool((<tuple>entry)[1])

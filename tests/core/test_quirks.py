@@ -231,3 +231,128 @@ def test_the_readers_are_found_with_the_torch_ci_installs():
     assert _core._torch_bit_readers("find") is True
     with pytest.raises(ValueError, match="'off' or 'find'"):
         _core._torch_bit_readers("on")
+
+
+def test_a_torch_function_assigned_later_is_seen():
+    # The choice is kept with the type's version tag: a __torch_function__ given to
+    # the class after its tensors were read is asked from then on.
+    import torch
+    from tensorbridge import _core
+
+    if not _core._torch_bit_readers("find"):
+        pytest.skip("torch's C++ bit readers are not found with this torch build")
+
+    class Late(torch.Tensor):
+        pass
+
+    x = torch.arange(3.0).as_subclass(Late)
+    assert _bits_seen(x) is None
+    assert _core.torch_bits_read_directly(Late) is True
+    seen = []
+
+    def watching(cls, func, types, args=(), kwargs=None):
+        seen.append(getattr(func, "__name__", str(func)))
+        return torch.Tensor.__torch_function__.__func__(cls, func, types, args, kwargs or {})
+
+    Late.__torch_function__ = classmethod(watching)
+    assert _bits_seen(x) is None
+    assert "is_neg" in seen
+    assert _core.torch_bits_read_directly(Late) is False
+    del Late.__torch_function__  # back to torch's default: read directly again
+    assert _bits_seen(x) is None
+    assert _core.torch_bits_read_directly(Late) is True
+
+
+def test_only_torchs_own_methods_are_replaced_by_the_readers():
+    # A C method of torch under the name is_neg is not torch's is_neg: it is called.
+    import torch
+    from tensorbridge import _core
+
+    class Alias(torch.Tensor):
+        is_neg = torch._C.TensorBase.is_floating_point
+
+    class AliasConj(torch.Tensor):
+        is_conj = torch._C.TensorBase.is_complex
+
+    if not _core._torch_bit_readers("find"):
+        pytest.skip("torch's C++ bit readers are not found with this torch build")
+    x = torch.arange(3.0).as_subclass(Alias)
+    assert x.is_neg() is True
+    assert _bits_seen(x) == "negative"
+    assert _core.torch_bits_read_directly(Alias) is False
+    z = torch.tensor([1 + 2j]).as_subclass(AliasConj)
+    assert z.is_conj() is True
+    assert _bits_seen(z) == "conjugate"
+    assert _core.torch_bits_read_directly(AliasConj) is False
+
+
+def test_torch_function_modes_see_the_methods_only_when_they_are_called(bit_reading):
+    # With the readers, the answer is the tensor's own bit and a TorchFunctionMode is
+    # not asked (documented in docs/design.md); with the methods, it is.
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Watching(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    neg = torch.tensor([1 + 2j]).conj().imag
+    with Watching():
+        assert _bits_seen(neg) == "negative"
+        assert _bits_seen(torch.arange(2.0)) is None
+    assert ("is_neg" in seen) is (bit_reading == "methods")
+
+
+def test_the_readers_are_checked_before_they_are_used():
+    # Readers that disagree with the methods (here the two swapped), or that are not
+    # there, are refused by the check: the methods stay, and the answers are right.
+    import torch
+    from tensorbridge import _core
+
+    neg_symbol = b"_ZN2at6native6is_negERKNS_6TensorE"
+    conj_symbol = b"_ZN2at6native7is_conjERKNS_6TensorE"
+    try:
+        for names in ((conj_symbol, neg_symbol), (b"no_such_symbol", conj_symbol)):
+            assert _core._torch_bit_readers("find", *names) is False
+            z = torch.tensor([1 + 2j]).conj()
+            assert _bits_seen(z) == "conjugate"
+            assert _bits_seen(z.imag) == "negative"
+            assert _bits_seen(torch.arange(2.0)) is None
+            assert _core.torch_bits_read_directly(torch.Tensor) is False
+    finally:
+        _core._torch_bit_readers("find")
+
+
+def test_the_readers_are_found_inside_torch_modes():
+    # The check makes its tensors with the user's modes off: a FakeTensor mode, or a
+    # mode that refuses every call, does not leave the process on the methods.
+    import torch
+    from tensorbridge import _core
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Refusing(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError("no torch calls here")
+
+    class RefusingDispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            raise RuntimeError("no torch ops here")
+
+    expected = _core._torch_bit_readers("find")
+    if not expected:
+        pytest.skip("torch's C++ bit readers are not found with this torch build")
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+    except ImportError:  # pragma: no cover - older torch
+        FakeTensorMode = None
+    modes = [Refusing, RefusingDispatch] + ([FakeTensorMode] if FakeTensorMode else [])
+    try:
+        for mode in modes:
+            with mode():
+                assert _core._torch_bit_readers("find") is True, mode
+    finally:
+        _core._torch_bit_readers("find")
