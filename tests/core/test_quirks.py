@@ -195,6 +195,7 @@ def test_subclasses_with_their_own_torch_function_keep_the_methods():
     # without tensorbridge; torch's default one (or none) only calls the method, so
     # those subclasses are read directly.
     import torch
+
     from tensorbridge import _core
 
     seen = []
@@ -237,6 +238,7 @@ def test_a_torch_function_assigned_later_is_seen():
     # The choice is kept with the type's version tag: a __torch_function__ given to
     # the class after its tensors were read is asked from then on.
     import torch
+
     from tensorbridge import _core
 
     if not _core._torch_bit_readers("find"):
@@ -266,6 +268,7 @@ def test_a_torch_function_assigned_later_is_seen():
 def test_only_torchs_own_methods_are_replaced_by_the_readers():
     # A C method of torch under the name is_neg is not torch's is_neg: it is called.
     import torch
+
     from tensorbridge import _core
 
     class Alias(torch.Tensor):
@@ -310,6 +313,7 @@ def test_the_readers_are_checked_before_they_are_used():
     # Readers that disagree with the methods (here the two swapped), or that are not
     # there, are refused by the check: the methods stay, and the answers are right.
     import torch
+
     from tensorbridge import _core
 
     neg_symbol = b"_ZN2at6native6is_negERKNS_6TensorE"
@@ -329,10 +333,10 @@ def test_the_readers_are_checked_before_they_are_used():
 def test_the_readers_are_found_inside_torch_modes():
     # The check makes its tensors with the user's modes off: a FakeTensor mode, or a
     # mode that refuses every call, does not leave the process on the methods.
-    import torch
-    from tensorbridge import _core
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tensorbridge import _core
 
     class Refusing(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
