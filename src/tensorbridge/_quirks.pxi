@@ -182,36 +182,39 @@ cdef bint _learn_torch_type(object tp) except -1:
     global _torch_last_conj, _torch_last_direct
     cdef PyCFunction is_neg = NULL, is_conj = NULL
     cdef int direct = 0
+    cdef bint known = False
     cdef unsigned int tag
     entry = _torch_tensor_types.get(tp)
     if entry is not None and (<tuple>entry)[2] != 0 and \
             (<tuple>entry)[2] == (<_TypeObj*><PyObject*>tp).tp_version_tag:
         methods = (<tuple>entry)[0]
         direct = (<tuple>entry)[1]
+        known = True
     elif _is_torch_type(tp):
         methods = (tp.is_neg, tp.is_conj)
-        direct = _reads_bits_directly(tp, _noargs_function(tp, (<tuple>methods)[0]),
-                                      _noargs_function(tp, (<tuple>methods)[1]))
     else:
         methods = False
-    # (Read after the lookups above, which give tp a tag if it had none.)
-    tag = (<_TypeObj*><PyObject*>tp).tp_version_tag
-    if direct >= 0 and tag != 0:
-        _torch_tensor_types[tp] = (methods, direct, tag)
-    # The dict keeps tp alive, so the pointer cannot be reused by another type.
-    _torch_last_type = NULL
     if methods is not False:
         # (issubclass may run Python code that asks about another type: the cache is
         # written only once both are known.)
         is_neg = _noargs_function(tp, (<tuple>methods)[0])
         is_conj = _noargs_function(tp, (<tuple>methods)[1])
+        if not known:
+            direct = _reads_bits_directly(tp, is_neg, is_conj)
+    # (Read after the lookups above, which give tp a tag if it had none.)
+    tag = (<_TypeObj*><PyObject*>tp).tp_version_tag
+    known = direct >= 0 and tag != 0    # else decided again on the next call
+    if known:
+        # The dict keeps tp alive, so the pointer cannot be reused by another type.
+        _torch_tensor_types[tp] = (methods, direct, tag)
+    _torch_last_type = NULL
     _torch_last_neg = is_neg
     _torch_last_conj = is_conj
     _torch_last_direct = direct == 1
     _torch_last_methods = methods
     _torch_last_tag = tag
-    if direct >= 0 and tag != 0 and tp in _torch_tensor_types:
-        _torch_last_type = <void*>tp    # (else decided again on the next call)
+    if known:
+        _torch_last_type = <void*>tp
     return methods is not False
 
 
