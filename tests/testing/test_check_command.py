@@ -186,7 +186,8 @@ def _ended(pid: int) -> bool:
     for _ in range(1000):
         try:
             stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
+            # Gone, or reaped between the open and the read (ESRCH).
             return True
         if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
             return True
