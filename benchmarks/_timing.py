@@ -2,7 +2,12 @@
 """Shared timing helpers: interleaved rounds, per-call medians, Markdown output.
 
 The machines are shared and noisy, so every case is measured in the same run,
-round-robin in a shuffled order per round, and compared by medians.
+round-robin in a shuffled order per round, and compared by medians. Two cases
+compared with each other (a library call against a peer's) are best measured as a
+pair (`measure_pairs`): their samples are taken back to back, and the ratio is the
+median of the per-round ratios, which the machine's slow and fast phases (seconds
+long on a shared machine, and affecting both sides of a pair alike) move far less
+than a ratio of two medians taken at different moments.
 """
 
 from __future__ import annotations
@@ -78,6 +83,62 @@ def measure(
         }
         for name, values in samples.items()
     }
+
+
+def measure_pairs(
+    pairs: dict[str, tuple[object, object]], rounds: int = 15, target: float = 0.02
+) -> dict[str, dict[str, object]]:
+    """Each pair (base, other) of cases timed back to back in every round (which goes
+    first alternates), the pairs in a shuffled order per round. Per pair: ``base`` and
+    ``other`` (per-call microseconds, as `measure` gives them), ``ratio`` (the median
+    of the per-round ratios other/base), ``ratio_quartiles`` (their first and third
+    quartiles) and ``ratio_of_medians`` (other's median over base's)."""
+    numbers = {
+        name: (calibrate(base, target), calibrate(other, target))
+        for name, (base, other) in pairs.items()
+    }
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in pairs}
+    order = list(pairs)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            random.shuffle(order)
+            for name in order:
+                (base, other), (n_base, n_other) = pairs[name], numbers[name]
+                first, second = samples[name]
+                if r % 2:
+                    first.append(_loop(base, n_base) / n_base * 1e6)
+                    second.append(_loop(other, n_other) / n_other * 1e6)
+                else:
+                    second.append(_loop(other, n_other) / n_other * 1e6)
+                    first.append(_loop(base, n_base) / n_base * 1e6)
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    results: dict[str, dict[str, object]] = {}
+    for name, (first, second) in samples.items():
+        ratios = [b / a for a, b in zip(first, second, strict=True)]
+        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        sides = {}
+        for side, values, number in (
+            ("base", first, numbers[name][0]),
+            ("other", second, numbers[name][1]),
+        ):
+            sides[side] = {
+                "median_us": statistics.median(values),
+                "best_us": min(values),
+                "calls_per_sample": number,
+                "samples": len(values),
+            }
+        results[name] = {
+            **sides,
+            "ratio": statistics.median(ratios),
+            "ratio_quartiles": (quartiles[0], quartiles[2]),
+            "ratio_of_medians": sides["other"]["median_us"] / sides["base"]["median_us"],
+        }
+    return results
 
 
 def machine() -> dict[str, object]:

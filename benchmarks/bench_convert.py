@@ -13,7 +13,11 @@ times ``tb.convert(x, consumer)`` against the consumer's own DLPack import of ``
 (the call a user would make: ``torch.from_dlpack(x)``, ``jax.dlpack.from_dlpack(x)``,
 ``tf.experimental.dlpack.from_dlpack(x.__dlpack__())``...), the result released
 each time. Both sides are called the same way (a ``functools.partial`` with every
-argument bound), interleaved round-robin in one process and compared by medians.
+argument bound), in one process: each pair's two calls are timed back to back in
+every round (``_timing.measure_pairs``), the pairs in a shuffled order, and the ratio
+is the median of the per-round ratios (the ratio of the two medians is kept in the
+JSON as ``ratio_of_medians``; on a shared machine whose speed changes by phases it
+moves with them, and the paired ratio much less).
 On large tensors, where a consumer returns before its work is done, both sides
 wait for it: JAX copies unaligned memory asynchronously (``block_until_ready``),
 MLX is lazy (``mx.eval``). Small tensors are timed bare, as bench_matrix.py does
@@ -54,7 +58,7 @@ from tensorbridge._cli.probes import pointer, probe
 from tensorbridge._frameworks import FRAMEWORKS, names
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import machine, markdown_table, measure, write_json
+from _timing import machine, markdown_table, measure_pairs, write_json
 
 SIZES = {"small": 1000, "large": 25_000_000}
 #: The bound the issue sets for convert on small tensors (convert µs / native µs).
@@ -339,10 +343,13 @@ def build_cases(
     consumers: list[str],
     natives: dict[str, Callable[[Any], Any]],
     checked: dict,
-) -> tuple[dict[str, Callable[[], Any]], dict[tuple[str, str], dict], list[Any]]:
-    """Timed cases for one size and every pair's facts: status, problems, sharing."""
+) -> tuple[
+    dict[str, tuple[Callable[[], Any], Callable[[], Any]]], dict[tuple[str, str], dict], list[Any]
+]:
+    """Timed pairs (native, convert) for one size and every pair's facts: status,
+    problems, sharing."""
     n = SIZES[size]
-    cases: dict[str, Callable[[], Any]] = {}
+    cases: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {}
     facts: dict[tuple[str, str], dict] = {}
     sources = []
     for p in producers:
@@ -377,8 +384,7 @@ def build_cases(
             except Exception as exc:
                 fact["skip"] = f"in this process: {_error(exc)}"
                 continue
-            cases[f"{size}:native:{p}->{c}"] = native
-            cases[f"{size}:convert:{p}->{c}"] = convert
+            cases[f"{size}:{p}->{c}"] = (native, convert)
     return cases, facts, sources
 
 
@@ -392,14 +398,17 @@ def run_size(
     target: float,
 ) -> dict[tuple[str, str], dict]:
     cases, facts, sources = build_cases(size, producers, consumers, natives, checked)
-    results = measure(cases, rounds=rounds, target=target)
+    results = measure_pairs(cases, rounds=rounds, target=target)
     del sources
     for (p, c), fact in facts.items():
         if "skip" in fact:
             continue
-        fact["native"] = results[f"{size}:native:{p}->{c}"]
-        fact["convert"] = results[f"{size}:convert:{p}->{c}"]
-        fact["ratio"] = fact["convert"]["median_us"] / fact["native"]["median_us"]
+        timed = results[f"{size}:{p}->{c}"]
+        fact["native"] = timed["base"]
+        fact["convert"] = timed["other"]
+        fact["ratio"] = timed["ratio"]
+        fact["ratio_quartiles"] = timed["ratio_quartiles"]
+        fact["ratio_of_medians"] = timed["ratio_of_medians"]
     return facts
 
 
@@ -448,7 +457,7 @@ def details(facts: dict) -> str:
     rows = []
     for (p, c), fact in facts.items():
         if "skip" in fact:
-            rows.append([p, c, "-", "-", "-", "-", "-", fact["skip"].replace("|", "/")])
+            rows.append([p, c, "-", "-", "-", "-", "-", "-", "-", fact["skip"].replace("|", "/")])
             continue
         notes = []
         if fact.get("native_problem"):
@@ -462,13 +471,26 @@ def details(facts: dict) -> str:
                 _us(fact["native"]["median_us"]),
                 _us(fact["convert"]["median_us"]),
                 _ratio(fact["ratio"]),
+                "-".join(_ratio(q) for q in fact["ratio_quartiles"]),
+                _ratio(fact["ratio_of_medians"]),
                 _shared(fact["native_shares"]),
                 _shared(fact["convert_shares"]),
                 "; ".join(notes),
             ]
         )
     return markdown_table(
-        ["producer", "consumer", "native µs", "convert µs", "ratio", "native", "convert", "note"],
+        [
+            "producer",
+            "consumer",
+            "native µs",
+            "convert µs",
+            "ratio",
+            "ratio IQR",
+            "of medians",
+            "native",
+            "convert",
+            "note",
+        ],
         rows,
     )
 
@@ -497,12 +519,13 @@ def report(all_facts: dict, producers: list[str], consumers: list[str], rounds: 
     for size, facts in all_facts.items():
         n = SIZES[size]
         print(
-            f"## {size}: {n} float32 ({n * 4 / 1e6:g} MB), median of {rounds[size]} "
-            "interleaved rounds"
+            f"## {size}: {n} float32 ({n * 4 / 1e6:g} MB), {rounds[size]} rounds, each "
+            "pair's two calls back to back"
         )
         print()
         print(
-            "Cells: convert µs / native µs, then who shares memory with the source, "
+            "Cells: convert over native (the median of the per-round ratios), then who "
+            "shares memory with the source, "
             "native/convert (s: shared, c: copied, ?: cannot tell); bold: over "
             f"{SMALL_BOUND}; †: the native result is wrong or unusable (out of the "
             "targets); ✗: the pair is skipped (the side that fails, and why)."
