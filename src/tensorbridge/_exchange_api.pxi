@@ -102,13 +102,20 @@ cdef bint _immutable_type(object cls) except -1:
     return _known_immutable_type(cls)
 
 
-cdef _ApiSlot* _type_slot(object x):
+cdef inline _ApiSlot* _type_slot(object x):
     """What tensorbridge knows about type(x): its exchange table and TI_* flags
-    (cached per type; read the fields before calling into Python again)."""
+    (cached per type; read the fields before calling into Python again). The
+    cached case is inlined into every caller; a miss is filled out of line."""
     cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
     cdef _ApiSlot* slot = &_api_slots[(<uintptr_t>tp >> 5) % API_SLOTS]
     if slot.tp == <void*>tp and slot.tag == tp.tp_version_tag and slot.tag != 0:
         return slot
+    return _fill_type_slot(x, slot)
+
+
+cdef _ApiSlot* _fill_type_slot(object x, _ApiSlot* slot):
+    """_type_slot's miss: type(x) looked up, and written into `slot`."""
+    cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
     cls = type(x)
     cdef const DLPackExchangeAPI* api = _exchange_api_lookup(cls)
     cdef int flags = 0

@@ -218,9 +218,25 @@ cdef bint _learn_torch_type(object tp) except -1:
     return methods is not False
 
 
-cdef object _torch_bits(object x, bint complex_only_conj):
+cdef inline object _torch_bits(object x, bint complex_only_conj):
     """None, or "negative"/"conjugate" when x is a torch tensor whose memory does
-    not hold its values (a view with the negative or conjugate bit set).
+    not hold its values (a view with the negative or conjugate bit set). The
+    common case, a tensor of the last type seen whose bits torch's C++ readers
+    read, is inlined into every caller; anything else is _torch_bits_asked."""
+    cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
+    if (<void*>tp == _torch_last_type and tp.tp_version_tag == _torch_last_tag
+            and _torch_last_direct):
+        if tb_torch_bit(_neg_reader, <PyObject*>x):
+            return "negative"
+        if not complex_only_conj and tb_torch_bit(_conj_reader, <PyObject*>x):
+            return "conjugate"
+        return None
+    return _torch_bits_asked(x, complex_only_conj)
+
+
+cdef object _torch_bits_asked(object x, bint complex_only_conj):
+    """_torch_bits, for any type: learnt (or taken from the last-type cache), then
+    read with the readers or asked of the methods.
 
     Read with torch's C++ readers where _reads_bits_directly allows (a few ns),
     else with torch.Tensor.is_neg and is_conj (about 0.1 µs each: torch releases the

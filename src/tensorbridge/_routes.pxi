@@ -379,6 +379,16 @@ cdef class _Handed:
                 self.managed.dl_tensor.device.device_id)
 
 
+cdef _Handed _new_handed(DLManagedTensorVersioned* managed):
+    """A new _Handed for a table route's call; if none can be made, `managed` is
+    released (no one else holds it) and the error propagates."""
+    try:
+        return _Handed()
+    except BaseException:
+        _call_deleter(managed, OWN_VERSIONED)
+        raise
+
+
 @cython.final
 @cython.auto_pickle(False)
 cdef class FastTarget:
@@ -655,57 +665,58 @@ cdef class FastTarget:
         does. PyTorch's bit views go to the planner."""
         cdef DLManagedTensorVersioned* managed = NULL
         cdef _ApiSlot* slot
-        cdef DLDataType dt
-        cdef int device_type, type_flags, kind
-        cdef bint plain
-        cdef Tensor t
+        cdef int type_flags
         cdef _Handed handed
         if not _use_exchange_api:
             return None
         slot = _type_slot(obj)
         if slot.api == NULL:
             return None
-        type_flags = slot.flags
+        type_flags = slot.flags     # (read before torch runs: the slot may be reused)
         if slot.api.managed_tensor_from_py_object_no_sync(<void*>obj, &managed) != 0 \
                 or managed == NULL:
             _clear_refusal()
             return None
-        dt = managed.dl_tensor.dtype
-        device_type = managed.dl_tensor.device.device_type
-        plain = (managed.version.major == TB_DLPACK_MAJOR
-                 and self._plainly_takes_dl(&managed.dl_tensor))
         handed = self.spare_handed
         if handed is None:
-            try:
-                handed = _Handed()
-            except BaseException:
-                _call_deleter(managed, OWN_VERSIONED)
-                raise
+            handed = _new_handed(managed)
         else:
             self.spare_handed = None
         handed.managed = managed    # (released if no one takes it)
         # (Only complex tensors carry the conjugate bit.)
-        if mode & ROUTE_TORCH_BITS and _torch_bits(obj, dt.code != kDLComplex) is not None:
+        if mode & ROUTE_TORCH_BITS and _torch_bits(
+                obj, managed.dl_tensor.dtype.code != kDLComplex) is not None:
             self._keep_spare(handed)
             return None
-        if device_type != kDLCPU:
+        if not (managed.version.major == TB_DLPACK_MAJOR
+                and self._plainly_takes_dl(&managed.dl_tensor)):
+            return self._table_managed_otherwise(mode, obj, handed, type_flags)
+        result = _call_or_none(self.importer, handed)   # None: the planner
+        if result is None and handed.managed != NULL:
+            # It did not take the tensor (an importer that does not read this
+            # table, or that refused before reading it): objects of this type
+            # are read here from now on.
+            self._uncarry(obj)
+        if Py_REFCNT(handed) == 1:
+            self._keep_spare(handed)    # (no one kept it)
+        return result
+
+    cdef object _table_managed_otherwise(self, int mode, object obj, _Handed handed,
+                                         int type_flags):
+        """_pass_table_managed's tensors that the target does not take as they are
+        (kept out of its common path): device memory goes as the source object to
+        the target's own importer; host memory is read here."""
+        cdef DLManagedTensorVersioned* managed = handed.managed
+        cdef DLDataType dt = managed.dl_tensor.dtype
+        cdef int kind
+        cdef Tensor t
+        if managed.dl_tensor.device.device_type != kDLCPU:
             self._keep_spare(handed)
             if dt.lanes == 1 and dt.code < 18 and 8 <= dt.bits and dt.bits <= 128 \
                     and self.accept[dt.code][dt.bits]:
                 return self._hand_off(
                     mode & ~(ROUTE_CAPSULE | ROUTE_CHECK_DTYPE | ROUTE_TORCH_BITS), obj)
             return None
-        if plain:
-            result = _call_or_none(self.importer, handed)   # None: the planner
-            if result is None and handed.managed != NULL:
-                # It did not take the tensor (an importer that does not read this
-                # table, or that refused before reading it): objects of this type
-                # are read here from now on.
-                self._uncarry(obj)
-            if Py_REFCNT(handed) == 1:
-                self._keep_spare(handed)    # (no one kept it)
-            return result
-        managed = handed.managed
         handed.managed = NULL
         self.spare_handed = handed
         capsule = _foreign_capsule(managed)
@@ -721,7 +732,7 @@ cdef class FastTarget:
         _keep_immutable(t, type_flags)
         return self._make_read(t, False)
 
-    cdef void _keep_spare(self, _Handed handed) noexcept:
+    cdef inline void _keep_spare(self, _Handed handed) noexcept:
         """handed, for the next table route's call: a tensor it still holds (the
         importer refused it) is released now."""
         handed.release()
@@ -993,7 +1004,7 @@ cdef class FastTarget:
             return False
         return self._plainly_takes_dl(dl)
 
-    cdef bint _plainly_takes_dl(self, const DLTensor* dl) noexcept:
+    cdef inline bint _plainly_takes_dl(self, const DLTensor* dl) noexcept:
         """plainly_takes for the tensor of a managed tensor of this major version."""
         cdef DLDataType dt = dl.dtype
         cdef int i
@@ -1015,8 +1026,12 @@ cdef class FastTarget:
             return False
         # _check_layout's bounds and _c_contiguous, in one pass from the last dimension
         # (the element count first, so (extent - 1) * item below cannot overflow).
+        # The bound on counts and strides is BYTE_LIMIT over the widest item (16
+        # bytes; bits <= 128 above), a shift where BYTE_LIMIT // item would be a
+        # 64-bit division on every call: at most as large, so a tensor it refuses
+        # (2**58 elements or more) is only read in full.
         item = _itemsize(dt)
-        elements = BYTE_LIMIT // item
+        elements = BYTE_LIMIT >> 4
         for i in range(dl.ndim - 1, -1, -1):
             extent = dl.shape[i]
             if extent <= 0:
