@@ -92,7 +92,10 @@ def measure_pairs(
     first alternates), the pairs in a shuffled order per round. Per pair: ``base`` and
     ``other`` (per-call microseconds, as `measure` gives them), ``ratio`` (the median
     of the per-round ratios other/base), ``ratio_quartiles`` (their first and third
-    quartiles) and ``ratio_of_medians`` (other's median over base's)."""
+    quartiles, inclusive method) and ``ratio_of_medians`` (other's median over
+    base's)."""
+    if rounds < 1:
+        raise ValueError(f"measure_pairs needs at least one round, got {rounds}")
     numbers = {
         name: (calibrate(base, target), calibrate(other, target))
         for name, (base, other) in pairs.items()
@@ -120,7 +123,12 @@ def measure_pairs(
     results: dict[str, dict[str, object]] = {}
     for name, (first, second) in samples.items():
         ratios = [b / a for a, b in zip(first, second, strict=True)]
-        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        # (inclusive: with few rounds the quartiles stay within the observed ratios)
+        quartiles = (
+            statistics.quantiles(ratios, n=4, method="inclusive")
+            if len(ratios) > 1
+            else [ratios[0]] * 3
+        )
         sides = {}
         for side, values, number in (
             ("base", first, numbers[name][0]),

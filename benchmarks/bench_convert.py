@@ -485,7 +485,7 @@ def details(facts: dict) -> str:
             "native µs",
             "convert µs",
             "ratio",
-            "ratio IQR",
+            "ratio q1-q3",
             "of medians",
             "native",
             "convert",
@@ -509,8 +509,9 @@ def _sharing(flag: bool | None) -> str:
 def _pair_line(pair: tuple[str, str], f: dict) -> str:
     p, c = pair
     return (
-        f"{p} -> {c}: {TIMES}{_ratio(f['ratio'])} "
-        f"({_us(f['convert']['median_us'])} µs against {_us(f['native']['median_us'])} µs; "
+        f"{p} -> {c}: {TIMES}{_ratio(f['ratio'])}, the median per-round ratio "
+        f"(medians {_us(f['convert']['median_us'])} µs against "
+        f"{_us(f['native']['median_us'])} µs; "
         f"native {_sharing(f['native_shares'])}, convert {_sharing(f['convert_shares'])})"
     )
 

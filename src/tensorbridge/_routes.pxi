@@ -1029,7 +1029,8 @@ cdef class FastTarget:
         # The bound on counts and strides is BYTE_LIMIT over the widest item (16
         # bytes; bits <= 128 above), a shift where BYTE_LIMIT // item would be a
         # 64-bit division on every call: at most as large, so a tensor it refuses
-        # (2**58 elements or more) is only read in full.
+        # (more than 2**58 elements, or a stride beyond 2**58 elements either way)
+        # is only read in full.
         item = _itemsize(dt)
         elements = BYTE_LIMIT >> 4
         for i in range(dl.ndim - 1, -1, -1):
