@@ -19,7 +19,7 @@ import platform
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 def _loop(
@@ -54,6 +54,33 @@ def calibrate(fn, target: float = 0.02) -> int:
         number *= 4
 
 
+def _sample(case: object, number: int) -> float:
+    """Microseconds per call over one sample of `number` calls."""
+    return _loop(case, number) / number * 1e6
+
+
+def _summary(values: list[float], number: int) -> dict[str, float]:
+    """One case's samples as `measure` reports them."""
+    return {
+        "median_us": statistics.median(values),
+        "best_us": min(values),
+        "calls_per_sample": number,
+        "samples": len(values),
+    }
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic collector off while samples are taken (each round collects itself)."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 def measure(
     cases: dict[str, object], rounds: int = 15, target: float = 0.02
 ) -> dict[str, dict[str, float]]:
@@ -62,27 +89,13 @@ def measure(
     numbers = {name: calibrate(fn, target) for name, fn in cases.items()}
     samples: dict[str, list[float]] = {name: [] for name in cases}
     order = list(cases)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for _ in range(rounds):
             random.shuffle(order)
             for name in order:
-                number = numbers[name]
-                samples[name].append(_loop(cases[name], number) / number * 1e6)
+                samples[name].append(_sample(cases[name], numbers[name]))
             gc.collect()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {
-        name: {
-            "median_us": statistics.median(values),
-            "best_us": min(values),
-            "calls_per_sample": numbers[name],
-            "samples": len(values),
-        }
-        for name, values in samples.items()
-    }
+    return {name: _summary(values, numbers[name]) for name, values in samples.items()}
 
 
 def measure_pairs(
@@ -102,24 +115,19 @@ def measure_pairs(
     }
     samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in pairs}
     order = list(pairs)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for r in range(rounds):
             random.shuffle(order)
             for name in order:
                 (base, other), (n_base, n_other) = pairs[name], numbers[name]
                 first, second = samples[name]
                 if r % 2:
-                    first.append(_loop(base, n_base) / n_base * 1e6)
-                    second.append(_loop(other, n_other) / n_other * 1e6)
+                    first.append(_sample(base, n_base))
+                    second.append(_sample(other, n_other))
                 else:
-                    second.append(_loop(other, n_other) / n_other * 1e6)
-                    first.append(_loop(base, n_base) / n_base * 1e6)
+                    second.append(_sample(other, n_other))
+                    first.append(_sample(base, n_base))
             gc.collect()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     results: dict[str, dict[str, object]] = {}
     for name, (first, second) in samples.items():
         ratios = [b / a for a, b in zip(first, second, strict=True)]
@@ -129,22 +137,13 @@ def measure_pairs(
             if len(ratios) > 1
             else [ratios[0]] * 3
         )
-        sides = {}
-        for side, values, number in (
-            ("base", first, numbers[name][0]),
-            ("other", second, numbers[name][1]),
-        ):
-            sides[side] = {
-                "median_us": statistics.median(values),
-                "best_us": min(values),
-                "calls_per_sample": number,
-                "samples": len(values),
-            }
+        base, other = _summary(first, numbers[name][0]), _summary(second, numbers[name][1])
         results[name] = {
-            **sides,
+            "base": base,
+            "other": other,
             "ratio": statistics.median(ratios),
             "ratio_quartiles": (quartiles[0], quartiles[2]),
-            "ratio_of_medians": sides["other"]["median_us"] / sides["base"]["median_us"],
+            "ratio_of_medians": other["median_us"] / base["median_us"],
         }
     return results
 
