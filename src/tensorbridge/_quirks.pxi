@@ -226,12 +226,17 @@ cdef inline object _torch_bits(object x, bint complex_only_conj):
     cdef _TypeObj* tp = <_TypeObj*>Py_TYPE(x)
     if (<void*>tp == _torch_last_type and tp.tp_version_tag == _torch_last_tag
             and _torch_last_direct):
-        if tb_torch_bit(_neg_reader, <PyObject*>x):
-            return "negative"
-        if not complex_only_conj and tb_torch_bit(_conj_reader, <PyObject*>x):
-            return "conjugate"
-        return None
+        return _read_torch_bits(x, complex_only_conj)
     return _torch_bits_asked(x, complex_only_conj)
+
+
+cdef inline object _read_torch_bits(object x, bint complex_only_conj):
+    """_torch_bits's answer read with torch's C++ readers (found and checked)."""
+    if tb_torch_bit(_neg_reader, <PyObject*>x):
+        return "negative"
+    if not complex_only_conj and tb_torch_bit(_conj_reader, <PyObject*>x):
+        return "conjugate"
+    return None
 
 
 cdef object _torch_bits_asked(object x, bint complex_only_conj):
@@ -252,11 +257,7 @@ cdef object _torch_bits_asked(object x, bint complex_only_conj):
     elif _torch_last_methods is False:
         return None
     if _torch_last_direct:
-        if tb_torch_bit(_neg_reader, <PyObject*>x):
-            return "negative"
-        if not complex_only_conj and tb_torch_bit(_conj_reader, <PyObject*>x):
-            return "conjugate"
-        return None
+        return _read_torch_bits(x, complex_only_conj)
     # Locals: the calls may run Python code (a __torch_function__) that imports
     # a tensor of another type, which replaces the cache entry.
     methods = _torch_last_methods
