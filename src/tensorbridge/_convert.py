@@ -576,6 +576,19 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         read = _ROUTE["PROTOCOL"]
     else:
         return 0
+    if read == _ROUTE["PROTOCOL"] and source is not None and source.legacy_export_deprecated:
+        # No importer of another framework may ask it the legacy way (PyArrow warns):
+        # it is read here, with max_version, and the target gets a Tensor; or handed
+        # to an importer that asks that way only after a TypeError, when the type
+        # says (null_count) that no TypeError can come.
+        if target.importer_asks_legacy or not target.hands_off(source, tp):
+            return read
+        mode = _handoff_mode(read, source, target, tp)
+        if not mode:
+            return read
+        if source.counts_nulls and hasattr(tp, "null_count"):
+            mode |= _ROUTE["NO_NULLS"]
+        return mode
     # A trusted source read through __dlpack__ may instead be asked here as the
     # target's importer would ask it, and the capsule passed on to the target's
     # importer of capsules once it is checked; or carried to the target's importer
@@ -595,6 +608,13 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
             carried = read | _ROUTE["CARRY"]
     if source is None or not target.hands_off(source, tp):
         return carried
+    return _handoff_mode(read, source, target, tp) or carried
+
+
+def _handoff_mode(read: int, source: type[Framework], target: type[Framework], tp: type) -> int:
+    """The mode of a route that hands objects of type tp, read as `read` says, to the
+    target's own importer (which `target.hands_off`), with the checks that importer
+    lacks; 0 when it cannot be handed over cheaply."""
     if (read == _ROUTE["PROTOCOL"] and source.trusted_export) or (read == _ROUTE["NDARRAY"]):
         mode = read | _ROUTE["HANDOFF"]
     elif read == _ROUTE["TABLE"] and target.importer_reads_tables:
@@ -603,12 +623,12 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
         # gives it away, the same import without asking the dtype first.
         mode = read | _ROUTE["HANDOFF"] | _ROUTE["CAPSULE"]
     else:
-        return carried
+        return 0
     if not target.importer_refuses_dtypes and not mode & _ROUTE["CAPSULE"]:
         if read != _ROUTE["PROTOCOL"]:
             mode |= _ROUTE["CHECK_DTYPE"]
         elif not source.dtypes <= (target.fast_dtypes or target.dtypes):
-            return carried  # no cheap way to see the dtype first: the carrier checks it
+            return 0  # no cheap way to see the dtype first: the carrier checks it
     if target.readonly == "flag" and source.unmarked_export(tp):
         # Its capsule may not say read-only or writable (a legacy capsule; a
         # pyarrow.Tensor's), so a NumPy importer guesses (legacy capsules read-only
@@ -773,6 +793,8 @@ def _route_text(
             f"in C after the first call: the source object goes to {framework.name}'s own "
             "importer as it is"
         )
+        if mode & _ROUTE["NO_NULLS"]:
+            text += " (when it has no nulls)"
         if read_copied:
             text += "; data it cannot take as it is (as here) is planned"
         return text

@@ -33,6 +33,7 @@ cdef extern from "Python.h":
                                                     size_t nargsf, PyObject* kwnames)
     PyObject* _raw_vectorcall_method "PyObject_VectorcallMethod"(
         PyObject* name, PyObject** args, size_t nargsf, PyObject* kwnames)
+    PyObject* _raw_getattr "PyObject_GetAttr"(PyObject* obj, PyObject* name)
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     int Py_AddPendingCall(int (*func)(void*) noexcept, void* arg)
     bint Py_IsInitialized()

@@ -220,7 +220,10 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags, bint host_o
     try:
         capsule = _call_dlpack(x, mask, None, None, copy)
     except TypeError as exc:
-        if mask:
+        if mask or type(exc) is not TypeError:
+            # A subclass is the producer's own refusal (PyArrow's ArrowTypeError for
+            # nulls), not a signature without max_version: no legacy call (which
+            # PyArrow deprecates with a warning) would change its answer.
             raise _call_error(x, mask, None, None, copy, False, exc, _cpu_device)
         first = exc
     except Exception as exc:
@@ -349,9 +352,9 @@ cdef object _ask_producer(object x, int mask, object stream, object dl_device, o
                 return _call_dlpack(x, mask, stream, dl_device, copy)
         try:
             return _call_dlpack(x, mask, stream, dl_device, copy)
-        except TypeError:
-            if mask & (KW_DEVICE | KW_COPY) or one_call_left:
-                raise
+        except TypeError as exc:
+            if mask & (KW_DEVICE | KW_COPY) or one_call_left or type(exc) is not TypeError:
+                raise   # (a TypeError subclass is the producer's refusal, as above)
             # A producer older than the 2023.12 keywords: the legacy call, once.
             legacy = True
             return _legacy_retry(x, mask, stream)

@@ -51,6 +51,13 @@ cdef enum:
     # __dlpack__(), asked as the target's importer of objects asks it, to its
     # importer of capsules
     ROUTE_CAPSULE = 2048
+    # handoff: only objects whose null_count is 0 (PyArrow arrays, whose __dlpack__
+    # raises a TypeError for nulls, after which NumPy's importer asks the legacy
+    # way, which PyArrow answers with a DeprecationWarning); others are planned
+    ROUTE_NO_NULLS = 4096
+
+
+cdef object _s_null_count = "null_count"
 
 
 def _route_constants():
@@ -60,7 +67,7 @@ def _route_constants():
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
                 MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME,
-                CAPSULE=ROUTE_CAPSULE)
+                CAPSULE=ROUTE_CAPSULE, NO_NULLS=ROUTE_NO_NULLS)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -867,6 +874,9 @@ cdef class FastTarget:
             code = self._held_dtype_code(mode & ROUTE_READ_MASK, obj)
             if code < 0:
                 return self._read_and_make(mode & ROUTE_READ_MASK, obj)
+        if mode & ROUTE_NO_NULLS and _answer_or_none(
+                _raw_getattr(<PyObject*>obj, <PyObject*>_s_null_count)) != 0:
+            return None     # the planner refuses nulls, and names the fix
         # (Only complex tensors carry the conjugate bit: not asked when the dtype
         # read above says real.)
         if mode & ROUTE_TORCH_BITS and _torch_bits(obj, code >= 0 and code != kDLComplex) \

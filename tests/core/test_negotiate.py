@@ -49,6 +49,27 @@ def test_never_calls_dlpack_more_than_twice():
     assert len(p.calls) == 2
 
 
+@pytest.mark.parametrize("stream", [None, -1])
+def test_a_typeerror_subclass_is_the_producers_refusal_not_a_missing_keyword(stream):
+    # PyArrow raises ArrowTypeError (a TypeError) for an array with nulls: the legacy
+    # call would refuse it again, after a DeprecationWarning of PyArrow's.
+    class NullsError(TypeError):
+        pass
+
+    def refuse(**kw):
+        raise NullsError("Can only use DLPack on arrays with no nulls.")
+
+    for kwargs in ({}, {"stream": stream}):
+        p = Producer(refuse)
+        p.__class__ = type("Refusing", (Producer,), {})
+        with pytest.raises(NullsError, match="no nulls") as info:
+            tb.from_dlpack(p, **kwargs)
+        assert p.calls == [{"max_version": (1, 3)}] or p.calls == [
+            {"max_version": (1, 3), "stream": stream}
+        ]
+        assert isinstance(info.value.__cause__, NullsError)
+
+
 def test_copy_true_on_cpu_is_not_forwarded_so_legacy_producers_still_work():
     a = np.arange(3.0)
     p = legacy_producer(a)

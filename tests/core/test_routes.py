@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
+import warnings
 import weakref
 
 import numpy as np
@@ -223,6 +224,53 @@ def test_pyarrow_sources():
     assert fast("pyarrow").route_of(one) == -1
 
 
+@needs("pyarrow")
+@pytest.mark.parametrize("target", [n for n in FRAMEWORKS if n not in ("cupy", "pyarrow")])
+def test_pyarrow_is_never_asked_for_a_legacy_capsule(target, capfd):
+    # PyArrow 26 answers __dlpack__() without max_version with a DeprecationWarning.
+    # Importers that ask that way (MLX, TensorFlow, tvm-ffi), or fall back to it after a
+    # TypeError (NumPy: PyArrow's ArrowTypeError for nulls) never get a PyArrow array.
+    import pyarrow as pa
+
+    framework = FRAMEWORKS[target]
+    if not framework.available():
+        pytest.skip(f"needs {target}")
+    # (float32: JAX without 64-bit types takes it too)
+    clean, nulls = pa.array([1.0, 2.0, 3.0], pa.float32()), pa.array([1.0, None], pa.float32())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):  # planned, then along the route
+            assert tb.asarray(tb.convert(clean, target)).tolist() == [1.0, 2.0, 3.0]
+            for call in (tb.convert, tb.explain):
+                with pytest.raises(BufferError, match="1 null"):
+                    call(nulls, target)
+    assert [str(w.message) for w in caught] == []
+    assert "DeprecationWarning" not in capfd.readouterr().err
+    mode = fast(target).route_of(clean) if fast(target) is not None else -1
+    if framework.importer_asks_legacy:
+        assert mode == R["PROTOCOL"]  # read here, with max_version
+    elif mode > 0 and mode & R["HANDOFF"]:
+        assert mode & R["NO_NULLS"]
+
+
+@needs("pyarrow")
+def test_a_pyarrow_handoff_plans_arrays_with_nulls_and_tensors_have_none(no_planner):
+    import pyarrow as pa
+
+    arr = pa.array([1.0, 2.0])
+    tb.convert(arr, "numpy")
+    assert fast("numpy").route_of(arr) & R["NO_NULLS"]
+    grid = pa.Tensor.from_numpy(np.arange(4.0).reshape(2, 2))
+    tb.convert(grid, "numpy")
+    mode = fast("numpy").route_of(grid)
+    assert mode & R["HANDOFF"] and not mode & R["NO_NULLS"]  # (a Tensor has no nulls)
+    assert "when it has no nulls" in tb.explain(arr, "numpy").route
+    no_planner("numpy")
+    assert tb.convert(pa.array([3.0]), "numpy").tolist() == [3.0]  # along the route
+    with pytest.raises(BufferError, match=r"1 null.*fill_null"):  # the planner's refusal
+        tb.convert(pa.array([3.0, None]), "numpy")
+
+
 @needs("jax")
 def test_jax_x64_is_asked_on_every_64_bit_call():
     import jax
@@ -361,10 +409,11 @@ def test_array_api_strict_is_handed_what_needs_no_mark(no_planner):
         tb.asarray(tb.convert(x, "array_api_strict"))
     for x in xs:
         tb.convert(x, "array_api_strict")
-        assert (
-            fast("array_api_strict").route_of(x)
-            == R["NDARRAY" if type(x) is np.ndarray else "PROTOCOL"] | R["HANDOFF"]
-        )
+        # (PyArrow arrays only when they have no nulls: see the legacy-call test)
+        want = R["NDARRAY"] | R["HANDOFF"]
+        if type(x) is not np.ndarray:
+            want = R["PROTOCOL"] | R["HANDOFF"] | R["NO_NULLS"]
+        assert fast("array_api_strict").route_of(x) == want
     no_planner("array_api_strict")
     got, shared, still_ro = (tb.convert(x, "array_api_strict") for x in xs)
     assert type(got) is type(xp.asarray(1.0)) and got.dtype == xp.float64

@@ -146,6 +146,19 @@ class Framework:
     #: True when its tensors' ``__dlpack__`` gives legacy capsules whatever it is
     #: asked (so a consumer cannot learn whether they are read-only).
     legacy_export: ClassVar[bool] = False
+    #: True when its tensors answer the legacy call (``__dlpack__()``, no
+    #: max_version) with a DeprecationWarning: cached routes then read them here, as
+    #: `from_dlpack` asks, instead of handing them to an importer that asks for a
+    #: legacy capsule (`importer_asks_legacy`: MLX, TensorFlow, tvm-ffi), and hand
+    #: them to one that falls back to it on a TypeError (NumPy) only where that
+    #: cannot come (`counts_nulls`).
+    legacy_export_deprecated: ClassVar[bool] = False
+    #: True when its arrays have a ``null_count``, and their ``__dlpack__`` raises a
+    #: TypeError (PyArrow's ArrowTypeError) exactly when it is not 0.
+    counts_nulls: ClassVar[bool] = False
+    #: True when its importer asks an object for a legacy capsule
+    #: (``__dlpack__()``) first, not only after a TypeError of ``max_version=``.
+    importer_asks_legacy: ClassVar[bool] = False
     #: True when its tensors can be lazy bit views whose memory does not hold their
     #: values (PyTorch's negative and conjugate bits): checked before a handoff.
     bit_views: ClassVar[bool] = False

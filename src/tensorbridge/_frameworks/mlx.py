@@ -20,6 +20,7 @@ class MlxFramework(Framework):
     import_names = (("mlx", "mlx"), ("mx", "mlx.core"))
     distribution = "mlx"
     label = "mlx"
+    importer_asks_legacy = True  # __dlpack__() with no keywords
     host_only = True
     dtypes = (STANDARD - {"complex128"}) | {"bfloat16"}
     negative_strides = False

@@ -44,6 +44,8 @@ class PyarrowFramework(Framework):
     fast_dtypes = dtypes - {"bool"}
     fast_contiguous_only = True
     versioned_only = True
+    legacy_export_deprecated = True  # (PyArrow 26)
+    counts_nulls = True
     own_types = ("pyarrow.Array", "pyarrow.Tensor")
     path = "pyarrow.Array.from_dlpack (1-d) or pyarrow.Tensor.from_dlpack (other shapes)"
     quirks = (
@@ -70,6 +72,13 @@ class PyarrowFramework(Framework):
             "legacy-only consumers (tvm-ffi) get writable access to Arrow buffers",
             "tensorbridge imports PyArrow data read-only; convert shares it with "
             'writable-only targets and says so, or copies it under readonly="copy"',
+        ),
+        (
+            "pyarrow (26) answers the legacy __dlpack__() with a DeprecationWarning, and "
+            "NumPy, MLX, TensorFlow and tvm-ffi make that call (NumPy after a TypeError, "
+            "which pyarrow raises for nulls)",
+            "tensorbridge asks pyarrow arrays for versioned capsules only and hands the "
+            "importers a Tensor of its own",
         ),
     )
 

@@ -21,6 +21,7 @@ class TensorflowFramework(Framework):
     import_names = (("tf", "tensorflow"), ("tensorflow", "tensorflow"))
     distribution = "tensorflow-cpu"
     label = "tf"
+    importer_asks_legacy = True  # __dlpack__() with no keywords
     dtypes = STANDARD | {"bfloat16"}
     negative_strides = False
     noncompact_strides = False

@@ -18,6 +18,7 @@ class TvmFfiFramework(Framework):
     import_names = (("tvm_ffi", "tvm_ffi"),)
     distribution = "apache-tvm-ffi"
     label = "tvm_ffi"
+    importer_asks_legacy = True  # __dlpack__() with no keywords
     dtypes = ALL_DTYPES - {"complex64", "complex128"} - SUBBYTE
     own_types = ("tvm_ffi.Tensor",)
     path = "tvm_ffi.from_dlpack"
