@@ -111,6 +111,41 @@ def test_device_errors(args, exc, message):
         tb.Device(*args)
 
 
+@pytest.mark.parametrize("name", ["gpu", "GPU", "gpu:1"])
+def test_gpu_is_refused_with_the_names_that_say_whose_memory(name):
+    with pytest.raises(ValueError, match=r"does not say whose GPU memory.*'cuda'.*'rocm'"):
+        tb.Device(name)
+
+
+def test_a_jax_gpu_device_is_the_memory_its_client_names():
+    class Client:
+        platform = "rocm"
+
+    class JaxLikeDevice:  # jax.Device: platform "gpu", its client says whose
+        platform = "gpu"
+        id = 1
+        client = Client()
+
+    assert tb.Device(JaxLikeDevice()) == "rocm:1"
+    Client.platform = "cuda"
+    assert tb.Device(JaxLikeDevice()) == "cuda:1"
+
+
+def test_an_unknown_device_is_answered_with_every_name_and_spelling():
+    with pytest.raises(ValueError) as info:
+        tb.Device("tpu")
+    said = str(info.value)
+    for name in ("cpu", "cuda", "rocm (hip)", "metal (mps)", "oneapi (xpu, sycl)"):
+        assert name in said
+    assert "cuda_host (cuda_pinned, cpu_pinned, pinned)" in said
+    assert "names a module" not in said
+    # A module's name is not a device: it is a framework, which convert makes.
+    with pytest.raises(ValueError, match=r"'numpy' names a module, not a device: "):
+        tb.Device("numpy")
+    with pytest.raises(ValueError, match=r"^to\(\): unknown device 'numpy'.*convert\(x, 'numpy'\)"):
+        tb.asarray([1.0]).to("numpy")
+
+
 def test_device_is_immutable():
     with pytest.raises(AttributeError, match="immutable"):
         tb.Device("cpu").index = 3

@@ -58,6 +58,36 @@ def test_asarray_errors_begin_with_its_name():
         tb.asarray([1.0], copy=False)
 
 
+def test_a_device_that_cannot_be_had_is_one_public_error_named_by_the_caller():
+    a = np.arange(3.0)
+    capsule = a.__dlpack__(max_version=(1, 3))
+    calls = {
+        "asarray": lambda: tb.asarray(a, device="cuda"),
+        "from_dlpack": lambda: tb.from_dlpack(a, device="cuda:1"),
+        "convert": lambda: tb.convert(a, "numpy", device="cuda"),
+        "explain": lambda: tb.explain(a, "numpy", device="rocm"),
+        "to": lambda: tb.asarray(a).to("cuda"),
+    }
+    for api, call in calls.items():
+        with pytest.raises(tb.DeviceError) as info:
+            call()
+        error = info.value
+        assert type(error) is tb.DeviceError and isinstance(error, BufferError)
+        assert str(error).startswith(f"{api}(): ")
+        assert "tensorbridge moves no data between devices" in str(error)
+        # The producer's refusal, where it was asked, is the cause, said in a word.
+        assert "__dlpack__(max_version" not in str(error)
+        if api in ("asarray", "from_dlpack"):
+            assert isinstance(error.__cause__, BufferError)
+            assert "(it refused: BufferError: " in str(error)
+    with pytest.raises(tb.DeviceError, match=r"^from_dlpack\(\): cannot move a capsule's cpu"):
+        tb.from_dlpack(capsule, device="cuda")
+    assert tb.asarray(tb.from_dlpack(capsule)).tolist() == [0.0, 1.0, 2.0]  # left as it was
+    with pytest.raises(tb.DeviceError, match=r"^__dlpack__\(\): cannot export cpu memory"):
+        tb.asarray(a).__dlpack__(dl_device=(2, 0))
+    assert pickle.loads(pickle.dumps(tb.DeviceError("x"))).args == ("x",)
+
+
 def test_the_fast_paths_keep_working_after_an_error():
     # (the compiled doors wrap their bodies: the next call still takes its route)
     with pytest.raises(ValueError):

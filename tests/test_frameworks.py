@@ -31,10 +31,23 @@ def test_targets_by_name_alias_and_module():
         assert isinstance(tb.convert(a, to), torch.Tensor)
     assert isinstance(tb.convert(a, np), np.ndarray)
     assert isinstance(tb.convert(a, "tb"), tb.Tensor)
-    with pytest.raises(ValueError, match="unknown target framework 'torchx'"):
+    with pytest.raises(ValueError, match="unknown target framework 'torchx'") as info:
         tb.convert(a, "torchx")
+    # Answered with every name and its aliases.
+    for name in ("numpy (np)", "torch (pytorch)", "jax (jnp, jax.numpy)", "mlx (mx, mlx.core)"):
+        assert name in str(info.value)
     with pytest.raises(TypeError, match="must be a framework name or module"):
         tb.convert(a, 3)
+
+
+@needs("jax")
+def test_jax_by_the_names_of_its_numpy_module():
+    import jax.numpy as jnp
+
+    a = np.arange(3, dtype=np.float32)
+    for to in ("jnp", "jax.numpy", jnp, "jax"):
+        assert tb.asarray(tb.convert(a, to)).tolist() == [0.0, 1.0, 2.0]
+        assert tb.explain(a, to).target == "jax"
 
 
 def test_frameworks_are_imported_only_when_needed():

@@ -15,7 +15,13 @@ from tensorbridge._creation import arange, empty, full, ones, zeros
 from tensorbridge._devices import Device, DLDeviceType
 from tensorbridge._dtypes import DTYPES as _DTYPES
 from tensorbridge._dtypes import DType, get_default_dtype, set_default_dtype
-from tensorbridge._errors import ImportOrderError, NotDLPackError, ProducerError, TensorbridgeError
+from tensorbridge._errors import (
+    DeviceError,
+    ImportOrderError,
+    NotDLPackError,
+    ProducerError,
+    TensorbridgeError,
+)
 from tensorbridge._version import __version__
 
 
@@ -46,7 +52,15 @@ for _function in (get_default_dtype, set_default_dtype):
     _function.__module__ = __name__
 del _function
 # So are the public classes defined in Python (Tensor is the compiled core's type).
-for _class in (Device, DLDeviceType, DType, ImportOrderError, NotDLPackError, ProducerError):
+for _class in (
+    Device,
+    DeviceError,
+    DLDeviceType,
+    DType,
+    ImportOrderError,
+    NotDLPackError,
+    ProducerError,
+):
     _class.__module__ = __name__
 TensorbridgeError.__module__ = __name__
 del _class
@@ -76,6 +90,7 @@ __all__ = [
     "DLDeviceType",
     "DLPACK_VERSION",
     "DType",
+    "DeviceError",
     "ImportOrderError",
     "NotDLPackError",
     "Plan",

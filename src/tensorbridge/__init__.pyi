@@ -15,6 +15,7 @@ from tensorbridge._creation import arange, empty, full, ones, zeros
 from tensorbridge._devices import Device, DLDeviceType
 from tensorbridge._dtypes import DType, get_default_dtype, set_default_dtype
 from tensorbridge._errors import (
+    DeviceError,
     ImportOrderError,
     NotDLPackError,
     ProducerError,
@@ -57,6 +58,7 @@ __all__ = [
     "DLDeviceType",
     "DType",
     "Device",
+    "DeviceError",
     "ImportOrderError",
     "NotDLPackError",
     "Plan",

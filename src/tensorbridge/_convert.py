@@ -20,7 +20,7 @@ from tensorbridge import _core, _creation
 from tensorbridge._core import Tensor
 from tensorbridge._devices import HOST_ACCESSIBLE, Device, as_device
 from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
-from tensorbridge._errors import said_by
+from tensorbridge._errors import NO_MOVES, DeviceError, said_by
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 from tensorbridge._frameworks.base import writable_view
 from tensorbridge._known_types import loaded, repeatable_arrow_stream
@@ -316,12 +316,12 @@ def _make_plan(
         if wanted != t.device and not (
             wanted.type == "cpu" and int(t.device.device_type) in HOST_ACCESSIBLE
         ):
-            raise BufferError(
-                f"convert(): cannot move {t.device} data to {wanted}; tensorbridge converts "
-                "without moving data between devices"
-            )
+            raise DeviceError(f"convert(): cannot move {t.device} data to {wanted}; {NO_MOVES}")
     if int(t.device.device_type) not in HOST_ACCESSIBLE and framework.host_only:
-        raise BufferError(f"convert(): {name} holds CPU memory only; the data is on {t.device}")
+        raise DeviceError(
+            f"convert(): {name} holds CPU memory only; the data is on {t.device} (move it "
+            "to the CPU with its framework first)"
+        )
 
     precopy_reasons = [] if cast is not None else framework.precopy_reasons(t, readonly)
     copies += precopy_reasons + framework.own_copy_reasons(t)

@@ -207,7 +207,7 @@ def convert(
 def convert(
     obj: object,
     /,
-    to: Literal["jax"],
+    to: Literal["jax", "jnp", "jax.numpy"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,
@@ -243,7 +243,7 @@ def convert(
 def convert(
     obj: object,
     /,
-    to: Literal["mlx", "mx"],
+    to: Literal["mlx", "mx", "mlx.core"],
     *,
     dtype: _DTypeLike | None = None,
     device: _DeviceLike | None = None,

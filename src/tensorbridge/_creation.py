@@ -17,6 +17,7 @@ from tensorbridge._dtypes import (
     default_complex,
     get_default_dtype,
 )
+from tensorbridge._errors import NO_MOVES, DeviceError
 from tensorbridge._known_types import loaded
 
 TYPE_CHECKING = False  # typing costs ~10 ms of import time; annotations are strings
@@ -273,9 +274,9 @@ def _move(tensor: Tensor, device: Device, copy: bool | None) -> Tensor:
     if device == _CPU and int(tensor.device.device_type) in HOST_ACCESSIBLE:
         return tensor.to(device)
     _refuse_copy_false(copy, f"moving {tensor.device} data to {device} needs a copy")
-    raise BufferError(
+    raise DeviceError(
         f"asarray(): cannot move {tensor.device} data to {device}: its source cannot "
-        "export it there and tensorbridge does not copy between devices"
+        f"export it there; {NO_MOVES}"
     )
 
 

@@ -56,7 +56,6 @@ _TYPES = {name: value for value, name in _NAMES.items()}
 # Other frameworks' spellings of the same device types.
 _TYPES.update(
     {
-        "gpu": 2,  # JAX platform name
         "cuda_pinned": 3,
         "cpu_pinned": 3,
         "pinned": 3,
@@ -174,12 +173,34 @@ def _check_type(device_type: Any, what: object) -> int:
     return int(device_type)
 
 
+#: Names that say "a GPU" without saying whose memory (JAX's platform, Paddle's and
+#: TensorFlow's device names): refused, with the names that say it.
+_AMBIGUOUS = frozenset({"gpu"})
+
+
+def _known_names() -> str:
+    """The device names, each with its other spellings."""
+    other: dict[int, list[str]] = {}
+    for name, value in _TYPES.items():
+        if name != _NAMES[value]:
+            other.setdefault(value, []).append(name)
+    return ", ".join(
+        f"{name} ({', '.join(other[value])})" if value in other else name
+        for value, name in sorted(_NAMES.items(), key=lambda item: item[1])
+    )
+
+
 def _parse_str(text: str, index: int | None) -> tuple[int, int]:
     name, sep, tail = text.strip().lower().partition(":")
+    if name in _AMBIGUOUS:
+        raise ValueError(
+            f"device {text!r} does not say whose GPU memory: name it by its kind, 'cuda' "
+            f"(NVIDIA) or 'rocm' (AMD), e.g. 'cuda{':' + tail if sep else ''}'"
+        )
     if name not in _TYPES:
         raise ValueError(
             f"unknown device {text!r}; expected a name such as 'cpu' or 'cuda:1' "
-            f"(known: {', '.join(sorted(_NAMES.values()))})"
+            f"(known: {_known_names()}){_module_hint(name)}"
         )
     if sep:
         if index is not None:
@@ -188,6 +209,22 @@ def _parse_str(text: str, index: int | None) -> tuple[int, int]:
             raise ValueError(f"device index in {text!r} must be a non-negative integer")
         index = int(tail)
     return _TYPES[name], _check_index(0 if index is None else index, text)
+
+
+def _module_hint(name: str) -> str:
+    """A hint for a device name that is a module's (``t.to("numpy")``), else ""."""
+    import importlib.util
+
+    try:
+        found = name.isidentifier() and importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return ""
+    return (
+        f"; {name!r} names a module, not a device: tensorbridge.convert(x, {name!r}) "
+        f"makes an array of it"
+    )
 
 
 def _parse(obj: Any, index: Any) -> tuple[int, int]:
@@ -216,6 +253,10 @@ def _parse(obj: Any, index: Any) -> tuple[int, int]:
         return _parse_str(kind, 0 if dev_index is None else dev_index)
     platform = getattr(obj, "platform", None)
     if isinstance(platform, str) and isinstance(getattr(obj, "id", None), int):
+        if platform in _AMBIGUOUS:
+            # A JAX device says "gpu"; its client says whose (cuda, rocm).
+            whose = getattr(getattr(obj, "client", None), "platform", None)
+            platform = whose if isinstance(whose, str) else platform
         return _parse_str(platform, obj.id)
     raise TypeError(
         "device must be a Device, a name such as 'cuda:1', a (device_type, index) tuple "

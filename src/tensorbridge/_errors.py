@@ -14,6 +14,9 @@ standard already catches, so adopting tensorbridge never changes which
   producer's exception is its ``__cause__``.
 - :class:`ImportOrderError` is an ``ImportError``: PaddlePaddle cannot be imported
   into a process that has loaded TensorFlow (it crashes).
+- :class:`DeviceError` is a ``BufferError`` (what the DLPack standard raises when
+  an export cannot be made as asked): the data is not on the device asked for, and
+  tensorbridge moves no data between devices.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "NO_MOVES",
+    "DeviceError",
     "ImportOrderError",
     "NotDLPackError",
     "ProducerError",
@@ -65,6 +70,20 @@ class ProducerError(TensorbridgeError):
 
 class ImportOrderError(TensorbridgeError, ImportError):
     """A framework cannot be imported after another one in the same process."""
+
+
+#: What every refused device move says (after what was asked).
+NO_MOVES = (
+    "tensorbridge moves no data between devices: move it with a framework that can first "
+    "(torch's .to(), cupy.asarray, jax.device_put)"
+)
+
+
+class DeviceError(TensorbridgeError, BufferError):
+    """The data is on another device than the one asked for, and cannot be moved
+    there: tensorbridge moves no data between devices, and the producer (if it was
+    asked, with ``dl_device=``) refused; its refusal is the ``__cause__``. Raised by
+    `asarray`, `from_dlpack`, `convert`, `explain` and `Tensor.to` alike."""
 
 
 # Subclasses of ProducerError mixed with the producer's exception type, by type

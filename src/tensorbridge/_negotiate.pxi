@@ -7,7 +7,8 @@ from libc.string cimport strcmp
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 
-from tensorbridge._errors import NotDLPackError, producer_error as _producer_error
+from tensorbridge._errors import NO_MOVES as _NO_MOVES
+from tensorbridge._errors import DeviceError, NotDLPackError, producer_error as _producer_error
 from tensorbridge._devices import as_device as _as_device
 
 
@@ -100,11 +101,15 @@ cdef object _call_error(object x, int mask, object stream, object dl_device, obj
                  f"{call} raised")
     cdef DLDevice wanted
     if isinstance(exc, BufferError) and mask & KW_DEVICE:
+        # One exception for a device that cannot be had, whoever said so; the
+        # producer's refusal is its cause.
         wanted.device_type = dl_device[0]
         wanted.device_id = dl_device[1]
-        return _producer_error(
-            exc, f"from_dlpack(): {name} cannot export its {_dev_str(source)} data to "
-                 f"{_dev_str(wanted)}: {call} raised")
+        error = DeviceError(
+            f"from_dlpack(): {name} cannot export its {_dev_str(source)} data to "
+            f"{_dev_str(wanted)} (it refused: {type(exc).__name__}: {exc}); {_NO_MOVES}")
+        error.__cause__ = exc
+        return error
     return _producer_error(exc, f"from_dlpack(): {name}.{call} raised")
 
 
@@ -484,9 +489,10 @@ cdef Tensor _from_capsule_arg(object capsule, object device, object copy, object
     if not _same_device(t._device, target):
         if not (target.device_type == kDLCPU and target.device_id == 0
                 and _host_accessible(t._device.device_type)):
-            raise BufferError(
+            raise DeviceError(
                 f"from_dlpack(): cannot move a capsule's {_dev_str(t._device)} data to "
-                f"{_dev_str(target)}; a capsule carries no producer to ask for a copy")
+                f"{_dev_str(target)}: a capsule carries no producer to ask for it; "
+                f"{_NO_MOVES}")
         relabel = True
     if copy is True and not (t._flags & TB_FLAG_IS_COPIED) and not (
             _host_accessible(t._device.device_type)

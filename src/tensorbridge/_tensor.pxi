@@ -250,7 +250,7 @@ cdef class Tensor:
                     target.device_id != self._device.device_id:
                 if not (target.device_type == kDLCPU and target.device_id == 0
                         and _host_accessible(self._device.device_type)):
-                    raise BufferError(
+                    raise DeviceError(
                         f"__dlpack__(): cannot export {_dev_str(self._device)} memory to "
                         f"dl_device={_dev_str(target)}; tensorbridge exports on the tensor's "
                         "own device, or to (kDLCPU, 0) for host-accessible memory")
@@ -429,16 +429,18 @@ cdef class Tensor:
                 dtype = arg
         result = self
         if device is not None:
-            target = _requested_device(device)
+            try:
+                target = _requested_device(device)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"to(): {exc}") from None
             if not _same_device(target, self._device):
                 if target.device_type == kDLCPU and target.device_id == 0 and \
                         _host_accessible(self._device.device_type):
                     result = _relabel(self, target)
                 else:
-                    raise BufferError(
+                    raise DeviceError(
                         f"to(): cannot move {_dev_str(self._device)} memory to "
-                        f"{_dev_str(target)}; tensorbridge moves no data between devices "
-                        "(convert through a framework that can)")
+                        f"{_dev_str(target)}; {_NO_MOVES}")
         if dtype is not None and _resolve_dtype_obj(dtype) is not _dtype_obj(self._dtype):
             return result.astype(dtype)
         if copy:

@@ -340,9 +340,10 @@ def test_read_only_0d_tensor_exports_a_legacy_capsule_only_as_a_copy():
 
 def test_device_requests_both_ways():
     """Mirrors TestDLPack.test_device and TestScalarDLPack.test_device. NumPy calls
-    "gpu" an unknown device (ValueError); tensorbridge reads it as cuda:0, which
-    NumPy's CPU array cannot be exported to (BufferError); a name that is no
-    device at all is a ValueError here too."""
+    "gpu" an unknown device (ValueError); tensorbridge refuses it too (ValueError: it
+    does not say whose GPU memory), and "cuda" is a device NumPy's CPU array cannot
+    be exported to (BufferError); a name that is no device at all is a ValueError
+    here too."""
     t = tb.arange(5)
     assert inspect_capsule(t.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))["device"] == (1, 0)
     with pytest.raises(BufferError, match="dl_device=rocm:0"):
@@ -353,6 +354,8 @@ def test_device_requests_both_ways():
     for device in ("cpu", None, (1, 0)):
         assert tb.from_dlpack(a, device=device).data_ptr() == a.ctypes.data
     with pytest.raises(BufferError, match="cannot export its cpu data to cuda:0"):
+        tb.from_dlpack(a, device="cuda")
+    with pytest.raises(ValueError, match="device 'gpu' does not say whose GPU memory"):
         tb.from_dlpack(a, device="gpu")
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         tb.from_dlpack(a, device="tpu")

@@ -38,6 +38,7 @@ __all__ = [
     "Framework",
     "framework_of",
     "import_names",
+    "known_targets",
     "names",
     "resolve_target",
     "version",
@@ -98,13 +99,20 @@ def version(name: str) -> str:
     return str(getattr(FRAMEWORKS[name].module(), "__version__", "?"))
 
 
+def known_targets() -> str:
+    """The target names, each with its aliases: "numpy (np), torch (pytorch), ..."."""
+    return ", ".join(
+        f"{name} ({', '.join(f.aliases)})" if f.aliases else name for name, f in FRAMEWORKS.items()
+    )
+
+
 def resolve_target(to: Any) -> type[Framework]:
     """The Framework for a name (``"torch"``) or a module (``torch``, ``jax.numpy``)."""
     if isinstance(to, str):
         name = ALIASES.get(to, to)
         if name in FRAMEWORKS:
             return FRAMEWORKS[name]
-        raise ValueError(f"unknown target framework {to!r}; expected one of {sorted(FRAMEWORKS)}")
+        raise ValueError(f"unknown target framework {to!r}; expected one of {known_targets()}")
     module_name = getattr(to, "__name__", None)
     if isinstance(module_name, str):
         root = module_name.split(".")[0]

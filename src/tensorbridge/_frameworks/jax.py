@@ -17,6 +17,7 @@ __all__ = ["JaxFramework"]
 
 class JaxFramework(Framework):
     name = "jax"
+    aliases = ("jnp", "jax.numpy")
     modules = ("jax", "jaxlib")
     import_names = (("jax", "jax"), ("jnp", "jax.numpy"))
     distribution = "jax"

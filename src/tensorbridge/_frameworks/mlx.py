@@ -14,7 +14,7 @@ __all__ = ["MlxFramework"]
 
 class MlxFramework(Framework):
     name = "mlx"
-    aliases = ("mx",)
+    aliases = ("mx", "mlx.core")
     modules = ("mlx",)
     module_name = "mlx.core"
     import_names = (("mlx", "mlx"), ("mx", "mlx.core"))
