@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import html.parser
+import importlib.util
 import io
 import json
 import logging
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ import pytest
 from needs import needs
 
 import tensorbridge as tb
-from tensorbridge._cli import QUIET_ENVIRONMENT, main, matrix, page, reasons
+from tensorbridge._cli import QUIET_ENVIRONMENT, main, matrix, page, quiet, reasons
 from tensorbridge._cli.probes import probe
 from tensorbridge._cli.progress import Progress
 from tensorbridge._frameworks import FRAMEWORKS
@@ -27,37 +29,42 @@ from tensorbridge._frameworks import FRAMEWORKS
 MISSING = sorted(
     {m for f in FRAMEWORKS.values() for m in f.modules} - {"numpy", "tensorbridge"} | {"ml_dtypes"}
 )
-# Run the CLI as if only NumPy were installed: importing any other framework fails.
-ONLY_NUMPY = textwrap.dedent(
-    """
-    import sys
+#: Their distributions, hidden too (a framework whose distribution is installed but
+#: whose module cannot be imported is a broken install, not a missing one).
+MISSING_DISTRIBUTIONS = sorted({f.distribution or f.name for f in FRAMEWORKS.values()} - {"numpy"})
+# Run the CLI as if only NumPy were installed: no other framework is found.
+ONLY_NUMPY = (
+    textwrap.dedent(
+        """
+    import importlib.metadata, sys
     class Block:
         blocked = set(MISSING)
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in self.blocked:
-                raise ImportError(f"{name} is not installed (blocked by the test)")
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
             return None
     sys.meta_path.insert(0, Block())
+    _distribution = importlib.metadata.distribution
+    def distribution(name):
+        if name in DISTRIBUTIONS:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return _distribution(name)
+    importlib.metadata.distribution = distribution
     from tensorbridge._cli import main
     sys.exit(main(sys.argv[1:]))
     """
-).replace("MISSING", repr(MISSING))
+    )
+    .replace("MISSING", repr(MISSING))
+    .replace("DISTRIBUTIONS", repr(MISSING_DISTRIBUTIONS))
+)
 
 
-def cli(*args, only_numpy=False, timeout=600, quiet_env=True):
-    """Run the command line in a subprocess (with quiet_env=False, without the
-    logging settings of QUIET_ENVIRONMENT in its environment: the command sets them)."""
+def cli(*args, only_numpy=False, timeout=600):
+    """Run the command line in a subprocess."""
     command = (
         [sys.executable, "-c", ONLY_NUMPY] if only_numpy else [sys.executable, "-m", "tensorbridge"]
     )
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if not quiet_env:
-        for name in QUIET_ENVIRONMENT:
-            env.pop(name, None)
-    result = subprocess.run(
-        [*command, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
-    return result
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout)
 
 
 class Cells(html.parser.HTMLParser):
@@ -397,7 +404,7 @@ def test_quiet_silences_framework_logging_and_warnings(capsys):
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        with matrix.quiet():
+        with quiet.quiet():
             logger.info("Unable to initialize backend 'tpu'")
             logger.error("an error of the framework")
             warnings.warn("import-time chatter", UserWarning, stacklevel=1)
@@ -407,6 +414,19 @@ def test_quiet_silences_framework_logging_and_warnings(capsys):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)
+
+
+def test_what_native_code_writes_to_stderr_is_dropped_and_ours_is_not(capfd):
+    # File descriptor 2 is where C and C++ code writes (TensorFlow's Abseil logging);
+    # sys.stderr, where the command line writes, still reaches the real stderr.
+    sys.stderr.write("before\n")
+    with quiet.native_stderr_dropped():
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on.\n")
+        print("ours", file=sys.stderr)
+        sys.stderr.flush()
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert err == "before\nours\nafter\n"
 
 
 def test_the_logging_environment_is_set_unless_the_user_set_it(monkeypatch):
@@ -419,13 +439,184 @@ def test_the_logging_environment_is_set_unless_the_user_set_it(monkeypatch):
     assert os.environ[glog] == QUIET_ENVIRONMENT[glog]
 
 
+def _console_script() -> str:
+    """The ``tensorbridge`` command of this interpreter's environment (as a user runs it)."""
+    script = pathlib.Path(sys.executable).parent / "tensorbridge"
+    if not script.exists():
+        pytest.skip("the tensorbridge console script is not installed")
+    return str(script)
+
+
 @needs("paddle", "jax", "tensorflow")
 def test_frameworks_log_nothing_to_stderr():
-    # Without the settings in its environment: TensorFlow's C++ start-up log, and
-    # JAX's backend search logged at INFO once PaddlePaddle has configured logging.
-    result = cli("--frameworks", "paddle,jax,tf", "--no-timing", quiet_env=False)
+    # As a user runs it: the console script, with none of the logging settings in
+    # the environment. TF_ENABLE_ONEDNN_OPTS=1 turns on what TensorFlow 2.21 does by
+    # default on CPUs with AVX-512 or AMX, whatever this CPU has: it then writes
+    # "oneDNN custom operations are on" through Abseil's logging, which no log level
+    # silences. The control shows it does here too, so the command's empty stderr
+    # is its own doing (it drops what the frameworks write to file descriptor 2).
+    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENVIRONMENT}
+    env["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    control = subprocess.run(
+        [sys.executable, "-c", "import tensorflow"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert "oneDNN custom operations are on" in control.stderr
+    result = subprocess.run(
+        [_console_script(), "--frameworks", "paddle,jax,tf", "--no-timing"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+    inspected = subprocess.run(
+        [_console_script(), "inspect", "tf.constant([1.0])"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stderr == "" and "dltensor" in inspected.stdout
+
+
+# --------------------------------------------------------------------------
+# Frameworks that are installed but do not import
+# --------------------------------------------------------------------------
+
+BROKEN = "libtvm_ffi.so: cannot open shared object file: No such file or directory"
+
+
+@pytest.fixture
+def broken_tvm_ffi(tmp_path):
+    """An environment whose tvm_ffi is found, and fails to import (a missing library)."""
+    (tmp_path / "tvm_ffi.py").write_text(f"raise ImportError({BROKEN!r})\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_a_framework_that_fails_to_import_is_listed_with_its_error(broken_tvm_ffi):
+    for args in (["--frameworks", "tvm_ffi,numpy"], []):
+        result = subprocess.run(
+            [sys.executable, "-m", "tensorbridge", *args, "--no-timing"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=broken_tvm_ffi,
+        )
+        assert result.returncode == 1, result.stderr
+        said = f"importing tvm_ffi failed: ImportError: {BROKEN}"
+        fix = "pip install --force-reinstall apache-tvm-ffi"
+        assert f"tvm_ffi is left out: {said}" in result.stderr and fix in result.stderr
+        assert "not installed" not in result.stderr
+        assert f"left out: tvm_ffi: {said}" in result.stdout  # the report says so too
+        frameworks = next(line for line in result.stdout.splitlines() if "frameworks:" in line)
+        assert "tvm_ffi" not in frameworks and "numpy" in frameworks
+    data = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tensorbridge", "--json", "--frameworks", "tvm_ffi,numpy"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=broken_tvm_ffi,
+        ).stdout
+    )
+    assert BROKEN in data["skipped"]["tvm_ffi"]
+
+
+def test_convert_says_a_broken_framework_is_broken_not_missing(broken_tvm_ffi):
+    code = "import numpy as np, tensorbridge as tb; tb.convert(np.ones(3), 'tvm_ffi')"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=broken_tvm_ffi,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: convert(): converting to tvm_ffi needs tvm_ffi, and")
+    assert f"importing tvm_ffi failed: ImportError: {BROKEN}" in last
+    assert "not installed" not in last
+
+
+def test_installed_tells_a_missing_framework_from_a_broken_one(monkeypatch):
+    tvm = FRAMEWORKS["tvm_ffi"]
+    assert tvm.installed() == (importlib.util.find_spec("tvm_ffi") is not None)
+
+    class Missing(tvm):  # type: ignore[misc, valid-type]
+        module_name = "tensorbridge_no_such_module"
+        distribution = "tensorbridge-no-such-distribution"
+
+    assert not Missing.installed()
+    with pytest.raises(ImportError, match=r"which is not installed \(pip install tensorbridge-no"):
+        Missing.module()
+    numpy_1 = ImportError("A module that was compiled using NumPy 1.x cannot be run in NumPy 2")
+    assert "pip install 'numpy<2'" in tvm.import_failure(numpy_1)
+    assert tvm.import_failure(RuntimeError("odd")) == "importing tvm_ffi failed: RuntimeError: odd"
+
+
+# --------------------------------------------------------------------------
+# inspect and check: the working directory, the usual names
+# --------------------------------------------------------------------------
+
+
+def test_check_and_inspect_find_modules_in_the_working_directory(tmp_path):
+    (tmp_path / "mylib.py").write_text(
+        "import numpy as np\n\ndef make():\n    return np.arange(3.0)\n"
+    )
+    # A file named like a module of Python's own does not shadow it.
+    (tmp_path / "json.py").write_text("raise RuntimeError('the working directory shadowed json')\n")
+    check = subprocess.run(
+        [_console_script(), "check", "mylib:make"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "PASS" in check.stdout
+    inspected = subprocess.run(
+        [_console_script(), "inspect", "mylib.make()"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    assert "dtype:        float64" in inspected.stdout
+
+
+@needs("pandas")
+def test_inspect_has_the_usual_names_of_data_libraries():
+    result = cli("inspect", "pd.Series([1.0, 2.0]).to_numpy()")
+    assert result.returncode == 0, result.stderr
+    assert "shape:        (2,)" in result.stdout
+    # Any installed module by its own name; a name that is neither stays an error.
+    assert cli("inspect", "numpy.ones(2)").returncode == 0
+    unknown = cli("inspect", "no_such_module_here.ones(2)")
+    assert unknown.returncode == 2 and "NameError" in unknown.stderr
+
+
+def test_inspect_imports_only_what_the_expression_names():
+    code = textwrap.dedent(
+        """
+        import sys
+        from tensorbridge._cli import main
+        main(["inspect", "np.ones(2)"])
+        print(sorted(m for m in ("pandas", "polars", "torch", "jax") if m in sys.modules))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
 
 
 # --------------------------------------------------------------------------
@@ -589,8 +780,10 @@ def test_markdown_notes_keep_dunder_names_and_angle_brackets():
         for c in ("numpy", "tensorbridge")
         for route in ("native", "convert")
     }
+    broken = "importing tvm_ffi failed: ImportError: <libtvm_ffi.so> __init__"
     kwargs = dict(
         versions={"numpy": "2", "tensorbridge": "0"},
+        skipped={"tvm_ffi": broken},
         changes=[],
         results=results,
         sweep=None,
@@ -599,4 +792,9 @@ def test_markdown_notes_keep_dunder_names_and_angle_brackets():
     )
     md = markdown.report(markdown=True, **kwargs)
     assert r"- ✗1: paddle's \_\_dlpack_device\_\_() gives (\<kDLCPU: 1>, None)" in md
-    assert f"  ✗1: {reason}" in markdown.report(markdown=False, **kwargs)
+    assert (
+        r"Left out: tvm_ffi: importing tvm_ffi failed: ImportError: \<libtvm_ffi.so> \_\_init" in md
+    )
+    text = markdown.report(markdown=False, **kwargs)
+    assert f"  ✗1: {reason}" in text
+    assert f"\nleft out: tvm_ffi: {broken}\n" in text

@@ -10,11 +10,12 @@
     tensorbridge check EXPR      EXPR's DLPack producer graded (--consumer, --all: `check`)
 
 This module parses the arguments and runs a command: the matrix (`matrix`, rendered
-by `markdown` and `page`) or `inspect`. Those are imported only when their command
-runs, so ``--help`` and ``--version`` stay quick. While the matrix runs, its
+by `markdown` and `page`), `inspect` or `check`. Those are imported only when their
+command runs, so ``--help`` and ``--version`` stay quick. While the matrix runs, its
 progress is shown on stderr when that is a terminal (`progress`), and the
-frameworks' own logging is kept out of the output (`QUIET_ENVIRONMENT`,
-`matrix.quiet`).
+frameworks' own output is kept out of it (`quiet`). Ctrl-C stops any command within
+a second with status 130 and one line on stderr (`interrupts`). ``inspect`` and
+``check`` find modules in the working directory, as ``python -m`` does.
 """
 
 from __future__ import annotations
@@ -28,18 +29,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["QUIET_ENVIRONMENT", "main", "run", "run_matrix"]
+from tensorbridge._cli import interrupts
+from tensorbridge._cli.quiet import QUIET_ENVIRONMENT, set_environment
 
-#: Set before any framework is imported, unless the user set them: TensorFlow's
-#: (and XLA's, in jaxlib) C++ logging, and PaddlePaddle's glog, to errors only.
-QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GLOG_minloglevel": "2"}
+__all__ = ["QUIET_ENVIRONMENT", "main", "run", "run_matrix"]
 
 
 def _wanted(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[list[str] | None, int]:
     """The frameworks `--frameworks` asks for, in import order (None: all), and the
     exit status so far (2: a name is unknown; 1: one is left out)."""
     from tensorbridge._cli import matrix
-    from tensorbridge._frameworks import ALIASES, FRAMEWORKS
+    from tensorbridge._frameworks import ALIASES, FRAMEWORKS, known_targets
 
     if args.frameworks is None:
         return None, 0
@@ -52,10 +52,7 @@ def _wanted(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[list[
     wanted = [ALIASES.get(n, n) for n in given]
     unknown = sorted(g for g, n in zip(given, wanted, strict=True) if n not in FRAMEWORKS)
     if unknown:
-        say(
-            f"unknown framework(s) {', '.join(unknown)}; known: "
-            f"{', '.join(FRAMEWORKS)} (and their aliases: {', '.join(sorted(ALIASES))})"
-        )
+        say(f"unknown framework(s) {', '.join(unknown)}; known: {known_targets()}")
         return wanted, 2
     for name in [n for n in wanted if n not in matrix.ORDER]:
         say(f"{name} is left out: it needs a GPU, and this matrix runs on the CPU")
@@ -69,6 +66,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     """The interoperability matrix, as the parsed arguments ask."""
     from tensorbridge._cli import markdown, matrix, page
     from tensorbridge._cli.progress import Progress
+    from tensorbridge._cli.quiet import quiet
     from tensorbridge._frameworks import FRAMEWORKS
 
     progress = Progress()
@@ -87,11 +85,11 @@ def run_matrix(args: argparse.Namespace) -> int:
     # holds every dtype.
     swept = args.dtypes or args.markdown
     try:
-        with matrix.quiet():
+        with quiet():
             versions = matrix.available(wanted, skipped, changes, progress)
             names = list(versions)
             for name, reason in skipped.items():
-                say(f"skipped {name}: {reason}")
+                say(f"{name} is left out: {reason}")
             for name in wanted or []:
                 if name not in versions and name not in skipped:
                     say(
@@ -99,18 +97,22 @@ def run_matrix(args: argparse.Namespace) -> int:
                         f"{FRAMEWORKS[name].distribution or name}); left out"
                     )
                     status = 1
-            if wanted is not None and skipped:
-                status = 1
+            if skipped:
+                status = 1  # installed here, yet not tried
             results = matrix.exchange_matrix(names, timing=not args.no_timing, progress=progress)
             sweep = matrix.dtype_sweep(names, progress) if swept else None
             untested = matrix.sweep_dtypes()[1] if swept else None
+            # A Ctrl-C a framework swallowed on the way: what was measured is not the
+            # whole matrix, so none of it is printed as if it were.
+            interrupts.check()
     finally:
         progress.clear()
     seconds = time.perf_counter() - started
 
-    # What every output is made of (the text report leaves out what was skipped).
+    # What every output is made of.
     facts: dict[str, Any] = dict(
         versions=versions,
+        skipped=skipped,
         changes=changes,
         results=results,
         sweep=sweep,
@@ -118,11 +120,11 @@ def run_matrix(args: argparse.Namespace) -> int:
         seconds=seconds,
     )
     if args.html:
-        text = page.render(skipped=skipped, **facts)  # (before the file is truncated)
+        text = page.render(**facts)  # (before the file is truncated)
         with open(args.html, "w", encoding="utf-8") as file:
             file.write(text)
     if args.json:
-        data = matrix.payload(skipped=skipped, **facts)
+        data = matrix.payload(**facts)
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return status
     print(markdown.report(markdown=args.markdown, **facts))
@@ -197,12 +199,31 @@ def _check_html(parser: argparse.ArgumentParser, path: str) -> None:
         parser.error(f"--html {path}: not writable")
 
 
+def _working_directory_importable() -> None:
+    """Modules in the working directory can be imported, as under ``python -m`` (the
+    console script's ``sys.path`` starts with its own folder instead): the folder is
+    put before the installed packages, after the standard library, so that a file of
+    it cannot shadow a module of Python's own."""
+    import site
+    import sysconfig
+
+    here = os.getcwd()
+    if here in sys.path or "" in sys.path:
+        return
+    installed = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    installed |= {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
+    for index, entry in enumerate(sys.path):
+        if os.path.realpath(entry or ".") in installed:
+            sys.path.insert(index, here)
+            return
+    sys.path.append(here)
+
+
 def run(argv: list[str]) -> int:
     """Run the command line on argv; the exit status."""
     # The command imports frameworks only to try them: keep their C++ start-up
     # logging out of the terminal (a user's own setting wins).
-    for name, value in QUIET_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
+    set_environment()
     try:
         status = _command(argv)
         sys.stdout.flush()
@@ -217,9 +238,10 @@ def run(argv: list[str]) -> int:
 
 def _command(argv: list[str]) -> int:
     """Parse argv and run its command; the exit status."""
-    if argv and argv[0] == "inspect":
-        return _inspect(argv[1:])
-    if argv and argv[0] == "check":
+    if argv and argv[0] in ("inspect", "check"):
+        _working_directory_importable()  # (EXPR may name a module of it)
+        if argv[0] == "inspect":
+            return _inspect(argv[1:])
         from tensorbridge._cli import check
 
         return check.run(argv[1:])
@@ -240,14 +262,18 @@ def _command(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The console script ``tensorbridge`` (and ``python -m tensorbridge``).
 
-    Called without `argv` (as the console script is), it ends the process once its
+    Called without `argv` (as the console script is), it handles Ctrl-C itself
+    (`interrupts`: status 130 within a second, one line on stderr, whatever a
+    framework does with the KeyboardInterrupt), and ends the process once its
     output is flushed, without waiting for the frameworks it imported to tear down
-    (over a second with all of them): `os._exit`, so no atexit handler runs, unless a
-    profiler, a debugger or coverage is watching (they write their results at exit).
-    Output that could not be written makes the status nonzero (120, as Python's own
-    failed final flush). With `argv` (the tests) it returns the exit status."""
+    (over a second with all of them): `os._exit`, so no atexit handler runs, unless
+    a profiler, a debugger or coverage is watching (they write their results at
+    exit). Output that could not be written makes the status nonzero (120, as
+    Python's own failed final flush). With `argv` (the tests) it returns the exit
+    status, and a Ctrl-C reaches the caller as a KeyboardInterrupt."""
     if argv is not None:
         return run(list(argv))
+    interrupts.install()
     try:
         status = run(sys.argv[1:])
     except SystemExit as exc:  # argparse: --help, usage errors
@@ -255,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         status = code if isinstance(code, int) else (0 if code is None else 1)
         if not isinstance(code, int) and code is not None:
             print(code, file=sys.stderr)
-    except KeyboardInterrupt:  # Ctrl-C: the user knows; no traceback
-        status = 130
+    except KeyboardInterrupt as exc:  # Ctrl-C: the user knows; one line, no traceback
+        if isinstance(exc, interrupts.Interrupted):
+            interrupts.note(exc.command, exc.what)
+        else:
+            interrupts.note()
+        status = interrupts.STATUS
+    interrupts.finishing()
     try:
         sys.stdout.flush()
     except (OSError, ValueError):  # the output was not written (a full disk, a closed pipe)

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tensorbridge._cli.interrupts import Interrupted
+
 __all__ = ["consumer_of", "evaluate", "grade_all", "producer_of", "run"]
 
 #: Frameworks whose child processes take longest (seconds of imports): started
@@ -57,15 +59,16 @@ def evaluate(expr: str) -> Any:
     from tensorbridge._cli.inspect import LazyNames
 
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", expr):
-        from tensorbridge._cli.inspect import _OWNERS, NAMES
+        from tensorbridge._cli.inspect import NAMES, owner
         from tensorbridge._cli.probes import probe
         from tensorbridge.testing._isolate import resolve
 
         value = resolve(expr)
         # The setup the names get (JAX's 64-bit types), for the frameworks imported by
         # now, so that jax.dlpack:from_dlpack is graded as jax.dlpack.from_dlpack is.
-        for owner in sorted({o for k, o in _OWNERS.items() if NAMES[k] in sys.modules}):
-            probe(owner).prepare()
+        owners = {owner(m) for m in NAMES.values() if m in sys.modules}
+        for name in sorted(o for o in owners if o is not None):
+            probe(name).prepare()
         return value
 
     # The names are the globals, so that a lambda of EXPR finds them when it is called.
@@ -222,14 +225,13 @@ def grade_all(
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2)
     try:
         graded = {g.subject.name: g for g in pool.map(grade, jobs)}
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # Ctrl-C: no other framework starts, and the children running are killed with
         # their process groups at once (their threads then stop: `Cancelled`).
         running = len(started) - len(done)
-        print(f"interrupted: stopping {running} running checks", file=sys.stderr)
         _isolate.cancel_all()
         pool.shutdown(wait=False, cancel_futures=True)
-        raise
+        raise Interrupted("tensorbridge check", f"stopping {running} running checks") from exc
     pool.shutdown(wait=True)
     return [graded[s.name] for s in installed], missing
 

@@ -1,45 +1,89 @@
 # SPDX-License-Identifier: Apache-2.0
 """``tensorbridge inspect EXPR``: what an expression's DLPack export looks like.
 
-EXPR is evaluated with the installed frameworks importable by their usual names
-(the registry's `import_names`: np, torch, jax, jnp, paddle, tf, mx, pa, tb...),
-each imported on first use; its capsules are read without being consumed."""
+EXPR is evaluated with modules importable by the names users give them in code
+(`NAMES`: the frameworks' np, torch, jax, jnp, paddle, tf, mx, pa, xp, tb...; the
+data libraries' pd, pl, da, xr) and by their own names (any installed module, and
+those of the working directory: ``mylib.make()``), each imported only when EXPR
+names it, with its start-up output kept quiet; its capsules are read without being
+consumed."""
 
 from __future__ import annotations
 
+import builtins
 import importlib
+import importlib.util
 import sys
+import warnings
+from collections.abc import Callable
 from typing import Any
 
+from tensorbridge._cli import interrupts
 from tensorbridge._cli.probes import probe
+from tensorbridge._cli.progress import Progress
+from tensorbridge._cli.quiet import native_stderr_dropped, quiet
 from tensorbridge._core import inspect_capsule, is_capsule
 from tensorbridge._devices import device_name
 from tensorbridge._dtypes import dtype_from_code
 from tensorbridge._frameworks import FRAMEWORKS, import_names
 from tensorbridge._known_types import check_import_order
 
-__all__ = ["NAMES", "LazyNames", "describe_capsule", "run"]
+__all__ = ["NAMES", "LazyNames", "describe_capsule", "owner", "run"]
 
-#: Name in the expression -> the module it names.
-NAMES: dict[str, str] = {**import_names(), "ml_dtypes": "ml_dtypes"}
-#: Name in the expression -> the framework whose module it names.
-_OWNERS: dict[str, str] = {k: f.name for f in FRAMEWORKS.values() for k, _ in f.import_names}
+#: Name in the expression -> the module it names: the frameworks' usual names (the
+#: registry's), and those of the libraries users make arrays and frames with.
+NAMES: dict[str, str] = {
+    **import_names(),
+    "pd": "pandas",
+    "pl": "polars",
+    "da": "dask.array",
+    "xr": "xarray",
+    "cp": "cupy",
+}
 
 _FLAGS = ((1, "READ_ONLY"), (2, "IS_COPIED"), (4, "IS_SUBBYTE_TYPE_PADDED"))
 
 
+def owner(module_name: str) -> str | None:
+    """The framework (of the registry) a module belongs to, or None."""
+    top = module_name.partition(".")[0]
+    return next((f.name for f in FRAMEWORKS.values() if top in f.modules), None)
+
+
+def _module_for(key: str) -> str | None:
+    """The module a free name of EXPR stands for: a usual name (`NAMES`), or an
+    installed module of that name; None for anything else (a builtin, a typo)."""
+    if key in NAMES:
+        return NAMES[key]
+    if not key.isidentifier() or hasattr(builtins, key):
+        return None
+    try:
+        return key if importlib.util.find_spec(key) is not None else None
+    except (ImportError, ValueError):
+        return None
+
+
 class LazyNames(dict[str, Any]):
-    """Expression namespace importing frameworks by their usual names on first use."""
+    """Expression namespace importing modules by their usual names on first use
+    (quietly; `progress` is told "importing tensorflow…" first)."""
+
+    progress: Callable[[str], None] | None = None
 
     def __missing__(self, key: str) -> Any:
-        if key in NAMES:
-            check_import_order(NAMES[key])
-            module = importlib.import_module(NAMES[key])
-            if key in _OWNERS:
-                probe(_OWNERS[key]).prepare()  # JAX: 64-bit types on
-            self[key] = module
-            return module
-        raise KeyError(key)
+        module_name = _module_for(key)
+        if module_name is None:
+            raise KeyError(key)
+        check_import_order(module_name)
+        if self.progress is not None:
+            self.progress(f"importing {module_name}…")
+        with quiet():
+            module = importlib.import_module(module_name)
+            interrupts.check()  # (an interrupt the import swallowed)
+            framework = owner(module_name)
+            if framework is not None:
+                probe(framework).prepare()  # JAX: 64-bit types on
+        self[key] = module
+        return module
 
 
 def describe_capsule(info: dict[str, Any]) -> list[str]:
@@ -72,16 +116,30 @@ def describe_capsule(info: dict[str, Any]) -> list[str]:
 
 
 def run(expr: str) -> int:
-    """Evaluate expr and print its DLPack export (0; 1 without one; 2 on errors)."""
+    """Evaluate expr and print its DLPack export (0; 1 without one; 2 on errors).
+    What frameworks write to the process's stderr meanwhile is dropped (`quiet`)."""
+    progress = Progress()
+    try:
+        with native_stderr_dropped():
+            return _run(expr, progress)
+    finally:
+        progress.clear()
+
+
+def _run(expr: str, progress: Progress) -> int:
     namespace = LazyNames()
+    namespace.progress = progress
     try:
         obj = eval(expr, {"__builtins__": __builtins__}, namespace)  # the user's own code
     except Exception as exc:
+        interrupts.check()  # an interrupt turned into another error is an interrupt
+        progress.clear()
         print(
             f"tensorbridge inspect: evaluating {expr!r} failed: {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
         return 2
+    progress.clear()
     tp = type(obj)
     print(f"{expr}")
     print(f"  type:         {tp.__module__}.{tp.__qualname__}")
@@ -105,7 +163,11 @@ def run(expr: str) -> int:
     for label, kwargs in (("max_version=(1, 3)", {"max_version": (1, 3)}), ("legacy ()", {})):
         print(f"  __dlpack__({label}):")
         try:
-            capsule = obj.__dlpack__(**kwargs)
+            with warnings.catch_warnings():
+                # Asked for on purpose: PyArrow's deprecation of the legacy call is
+                # not news here.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                capsule = obj.__dlpack__(**kwargs)
         except Exception as exc:
             print(
                 f"    fails: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -84,10 +84,13 @@ def changes_text(changes: list[str]) -> str:
     return "changed in this process for the probes: " + "; ".join(changes) + "."
 
 
-def _header(versions: dict[str, str], changes: list[str], md: bool) -> list[str]:
+def _header(
+    versions: dict[str, str], skipped: dict[str, str], changes: list[str], md: bool
+) -> list[str]:
     major, minor = DLPACK_VERSION
     peers = [f"{n} {v}" for n, v in versions.items() if n != "tensorbridge"]
     said = changes_text(changes)
+    left_out = [_text(f"left out: {name}: {reason}", md) for name, reason in skipped.items()]
     if md:
         return [
             "# Compatibility",
@@ -98,10 +101,12 @@ def _header(versions: dict[str, str], changes: list[str], md: bool) -> list[str]
             "",
             f"tensorbridge {__version__} (DLPack {major}.{minor}); " + ", ".join(peers),
             *(["", said[0].upper() + said[1:]] if said else []),
+            *(line for entry in left_out for line in ("", entry[0].upper() + entry[1:])),
         ]
     return [
         f"tensorbridge {__version__} (DLPack {major}.{minor}): what interoperates on this machine",
         "frameworks: " + ", ".join(peers),
+        *left_out,
         *([said] if said else []),
     ]
 
@@ -109,6 +114,7 @@ def _header(versions: dict[str, str], changes: list[str], md: bool) -> list[str]
 def report(
     *,
     versions: dict[str, str],
+    skipped: dict[str, str],
     changes: list[str],
     results: Results,
     sweep: Sweep | None,
@@ -116,12 +122,13 @@ def report(
     seconds: float,
     markdown: bool,
 ) -> str:
-    """The whole matrix report: both routes, why exchanges copied and failed, with
+    """The whole matrix report: the frameworks tried and those left out (with why),
+    both routes, why exchanges copied and failed, with
     the sweep (`sweep`, ``--dtypes``; always in Markdown) the dtype coverage and
     every dtype, and in Markdown the quirks."""
     md = markdown
     names = list(versions)
-    out = _header(versions, changes, md)
+    out = _header(versions, skipped, changes, md)
     notes: dict[str, int] = {}
     copies: dict[str, int] = {}
     for route, title in (

@@ -6,27 +6,25 @@ tensor goes through the consumer's own ``from_dlpack`` ("native") and through
 ``tensorbridge.convert``. Each exchange is classified by comparing data addresses
 and by writing through one side and reading the other, and timed; every result
 says why (`reasons`). The frameworks come from the registry; what the matrix needs
-of each, from `probes`. The frameworks' own logging and warnings are kept quiet
-while they are imported and probed (`quiet`).
+of each, from `probes`. The caller keeps the frameworks' own output quiet while they
+are imported and probed (`tensorbridge._cli.quiet`); a Ctrl-C that a framework
+swallowed is raised again between steps (`interrupts.check`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from tensorbridge import _core
-from tensorbridge._cli import reasons
+from tensorbridge._cli import interrupts, reasons
 from tensorbridge._cli.probes import Probe, pointer, probe
 from tensorbridge._core import DLPACK_VERSION, convert
 from tensorbridge._dtypes import DTYPES
-from tensorbridge._errors import ImportOrderError
 from tensorbridge._frameworks import FRAMEWORKS, version
 from tensorbridge._frameworks import names as framework_names
 from tensorbridge._version import __version__
@@ -39,7 +37,6 @@ __all__ = [
     "dtype_sweep",
     "exchange_matrix",
     "payload",
-    "quiet",
     "sweep_dtypes",
     "untried",
 ]
@@ -55,23 +52,6 @@ Report = Callable[[str], None]
 
 def _silent(text: str) -> None:
     """The default `Report`: nothing shown."""
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Keep the frameworks' Python warnings and logging (below CRITICAL) out of the
-    output while they are imported and probed: JAX logs its backend search at INFO
-    once PaddlePaddle has given the root logger a handler. The command line prints
-    its own messages, never through `logging`; their C++ logging is set through the
-    environment before they are imported (`tensorbridge._cli.QUIET_ENVIRONMENT`)."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(previous)
 
 
 @dataclasses.dataclass
@@ -103,22 +83,30 @@ def available(
 ) -> dict[str, str]:
     """The installed frameworks (importing each, in ORDER, which imports paddle
     before tensorflow), with their versions. Frameworks that are installed but
-    cannot be imported in this process go into `skipped`, with the reason; what
-    setting them up for probing changed in the process, into `changes`."""
+    cannot be imported in this process (a failing import; paddle once tensorflow
+    is loaded) go into `skipped`, with the reason: never silently left out. What
+    setting them up for probing changed in the process goes into `changes`."""
     found = {}
     chosen = sorted(names or ORDER, key=ORDER.index)
     for number, name in enumerate(chosen, 1):
+        interrupts.check()
+        framework = FRAMEWORKS[name]
+        if not framework.installed():
+            continue
         progress(f"importing {name}… {number}/{len(chosen)}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # import-time chatter of the frameworks
-            try:
-                FRAMEWORKS[name].module()
-            except ImportOrderError as exc:
-                if skipped is not None:
-                    skipped[name] = str(exc)
-                continue
-            except ImportError:
-                continue
+        try:
+            framework.module()
+        except Exception as exc:
+            # An interrupt a framework's import turned into an ImportError (or
+            # swallowed) is not that framework's failure.
+            interrupts.check()
+            reason = framework.import_failure(
+                exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+            )
+            if skipped is not None:
+                skipped[name] = reason
+            continue
+        interrupts.check()
         changed = probe(name).prepare()
         if changes is not None:
             changes.extend(changed)
@@ -136,6 +124,7 @@ def _time_us(call: Callable[[], object], budget: float = 0.001) -> float:
     once = max(time.perf_counter() - start, 1e-7)
     number = max(1, min(2000, int(budget / once)))
     for _ in range(5):
+        interrupts.check()
         start = time.perf_counter()
         for _ in range(number):
             call()
@@ -192,12 +181,14 @@ def exchange_matrix(names: list[str], timing: bool = True, progress: Report = _s
     results: Results = {}
     pairs = [(p, c) for p in names for c in names]
     for number, (p, c) in enumerate(pairs, 1):
+        interrupts.check()
         progress(f"{'timing' if timing else 'probing'} {p}→{c} {number}/{len(pairs)}")
         P, C = probe(p), probe(c)
         for route, call in _routes(C, c).items():
             source = P.sample(VALUES, "float32")
             result, error = _attempt(lambda: call(source))  # noqa: B023 (called at once)
             if error is not None:
+                interrupts.check()  # (a peer may turn an interrupt into its own error)
                 reason = reasons.failed(route, P, C, source, error)
                 results[(p, c, route)] = Exchange("fails", reason=reason)
                 continue
@@ -241,6 +232,7 @@ def dtype_sweep(names: list[str], progress: Report = _silent) -> Sweep:
         routes = _routes(C, c)
         sweep[c] = {}
         for dtype in usable:
+            interrupts.check()
             row = {}
             for route, call in routes.items():
                 if route == "native" and dtype in C.native_untried:

@@ -92,7 +92,7 @@ def render(
     if said:
         out.append(f'<p class="note">{_e(said[0].upper() + said[1:])}</p>')
     for name, reason in skipped.items():
-        out.append(f'<p class="note">Skipped {_e(name)}: {_e(reason)}</p>')
+        out.append(f'<p class="note">Left out: {_e(name)}: {_e(reason)}</p>')
     out += [
         '<p class="legend">',
         '<span class="shared">S</span>shared (zero-copy: same address, and a write '

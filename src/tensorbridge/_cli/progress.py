@@ -50,9 +50,11 @@ class Progress:
         """The width of the terminal the line is shown on (not stdout's, which is
         often redirected while progress shows)."""
         try:
-            return os.get_terminal_size(self.stream.fileno()).columns
+            columns = os.get_terminal_size(self.stream.fileno()).columns
         except (AttributeError, OSError, ValueError):
-            return shutil.get_terminal_size().columns
+            columns = 0
+        # (0: a terminal that does not know its size, as a new pseudo-terminal)
+        return columns or shutil.get_terminal_size().columns
 
     def clear(self) -> None:
         """Remove the line (before anything else is written to the stream, and at

@@ -18,6 +18,7 @@ from tensorbridge import _core
 from tensorbridge._core import Tensor
 from tensorbridge._devices import Device
 from tensorbridge._dtypes import DTYPES, DType
+from tensorbridge._errors import ImportOrderError
 from tensorbridge._known_types import check_import_order, loaded
 
 __all__ = [
@@ -179,14 +180,20 @@ class Framework:
     @classmethod
     def module(cls) -> Any:
         """The framework's module, imported (ImportOrderError when importing it
-        would crash the process, ImportError when it is not installed)."""
-        check_import_order(cls.module_name or cls.name)  # ImportOrderError passes through
+        would crash the process; ImportError when it is not installed, or when its
+        import fails, saying which, with the import's own error)."""
+        module_name = cls.module_name or cls.name
+        check_import_order(module_name)  # ImportOrderError passes through
         try:
-            return importlib.import_module(cls.module_name or cls.name)
+            return importlib.import_module(module_name)
         except ImportError as exc:
+            if not cls.installed():
+                raise ImportError(
+                    f"converting to {cls.name} needs {module_name}, which is not installed "
+                    f"(pip install {cls.distribution or cls.name})"
+                ) from exc
             raise ImportError(
-                f"converting to {cls.name} needs {cls.module_name or cls.name}, which is not "
-                f"installed ({exc})"
+                f"converting to {cls.name} needs {module_name}, and {cls.import_failure(exc)}"
             ) from exc
 
     @classmethod
@@ -196,6 +203,61 @@ class Framework:
         except ImportError:
             return False
         return True
+
+    @classmethod
+    def installed(cls) -> bool:
+        """Whether it is installed here, imported or not: its top-level module can be
+        found, or its distribution is installed (whose module may then fail to import:
+        a broken install is installed, and says so when imported)."""
+        import importlib.util
+
+        top = (cls.module_name or cls.name).partition(".")[0]
+        try:
+            if importlib.util.find_spec(top) is not None:
+                return True
+        except ModuleNotFoundError:  # (a finder that knows it is absent)
+            pass
+        except (ImportError, ValueError):  # a finder that fails, a module without a spec
+            return True
+        if cls.distribution is None:
+            return False
+        import importlib.metadata
+
+        try:
+            importlib.metadata.distribution(cls.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+
+    @classmethod
+    def import_failure(cls, exc: BaseException) -> str:
+        """Why importing the installed framework failed, for a message ("importing
+        tvm_ffi failed: ImportError: libtvm_ffi.so: cannot open shared object file
+        ..."), with the fix where the error is one of the known kinds."""
+        module_name = cls.module_name or cls.name
+        text = " ".join(str(exc).split())
+        said = f"importing {module_name} failed: {type(exc).__name__}: {text}"
+        if isinstance(exc, ImportOrderError):
+            return str(exc)
+        distribution = cls.distribution or cls.name
+        if "NumPy 1.x cannot be run in" in text or "numpy.core.multiarray failed" in text:
+            return (
+                f"{said} ({distribution} was built for NumPy 1.x and this is NumPy 2: "
+                f"install a {distribution} built for NumPy 2, or pip install 'numpy<2')"
+            )
+        if any(
+            marker in text
+            for marker in (
+                "cannot open shared object file",
+                "DLL load failed",
+                "Library not loaded",
+            )
+        ):
+            return (
+                f"{said} (a library it needs is missing: pip install --force-reinstall "
+                f"{distribution})"
+            )
+        return said
 
     # -- reading its tensors as a source -----------------------------------------
 
