@@ -429,6 +429,36 @@ def test_what_native_code_writes_to_stderr_is_dropped_and_ours_is_not(capfd):
     assert err == "before\nours\nafter\n"
 
 
+def test_what_caches_the_stand_in_stderr_still_reaches_stderr_afterwards(capfd):
+    # A framework imported inside quiet() may make a logging handler on sys.stderr
+    # (the stand-in): it must still write to the real stderr once quiet() is over.
+    with quiet.native_stderr_dropped():
+        cached = sys.stderr
+    with quiet.native_stderr_dropped():
+        assert sys.stderr is cached  # one stand-in, re-pointed on every entry
+    handler = logging.StreamHandler(cached)
+    logger = logging.getLogger("tensorbridge-test-cached-stderr")
+    logger.propagate = False  # (Paddle, imported first, gives the root logger a handler)
+    logger.addHandler(handler)
+    try:
+        logger.error("still heard")
+    finally:
+        logger.removeHandler(handler)
+    assert capfd.readouterr().err == "still heard\n"
+
+
+def test_a_closed_stderr_sends_nothing_to_stdout():
+    for args, status in ((["--version"], 0), (["--frameworks", "caffe"], 2)):
+        result = subprocess.run(  # (stderr closed by the shell: 2>&-)
+            ["sh", "-c", 'exec "$0" -m tensorbridge "$@" 2>&-', sys.executable, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == status
+        assert "unknown framework" not in result.stdout
+
+
 def test_the_logging_environment_is_set_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
     monkeypatch.delenv("GLOG_minloglevel", raising=False)
@@ -571,8 +601,9 @@ def test_check_and_inspect_find_modules_in_the_working_directory(tmp_path):
     (tmp_path / "mylib.py").write_text(
         "import numpy as np\n\ndef make():\n    return np.arange(3.0)\n"
     )
-    # A file named like a module of Python's own does not shadow it.
-    (tmp_path / "json.py").write_text("raise RuntimeError('the working directory shadowed json')\n")
+    # A file named like a module of Python's own does not shadow it (EXPR imports one
+    # that nothing imported before).
+    (tmp_path / "fractions.py").write_text("raise RuntimeError('shadowed fractions')\n")
     check = subprocess.run(
         [_console_script(), "check", "mylib:make"],
         capture_output=True,
@@ -583,7 +614,7 @@ def test_check_and_inspect_find_modules_in_the_working_directory(tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
     assert "PASS" in check.stdout
     inspected = subprocess.run(
-        [_console_script(), "inspect", "mylib.make()"],
+        [_console_script(), "inspect", "(fractions.Fraction(1, 2), mylib.make())[1]"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+from needs import needs
 from producers import numpy_producer
 
 import tensorbridge as tb
@@ -86,6 +87,32 @@ def test_a_device_that_cannot_be_had_is_one_public_error_named_by_the_caller():
     with pytest.raises(tb.DeviceError, match=r"^__dlpack__\(\): cannot export cpu memory"):
         tb.asarray(a).__dlpack__(dl_device=(2, 0))
     assert pickle.loads(pickle.dumps(tb.DeviceError("x"))).args == ("x",)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param("torch.ones(3)", marks=needs("torch")),  # NotImplementedError
+        pytest.param("jax.numpy.ones(3)", marks=needs("jax")),  # RuntimeError
+        pytest.param("tensorflow.ones(3)", marks=needs("tensorflow")),  # RuntimeError
+        pytest.param("mlx.core.ones(3)", marks=needs("mlx")),  # BufferError
+        pytest.param("pyarrow.array([1.0])", marks=needs("pyarrow")),  # BufferError
+    ],
+)
+def test_every_producers_device_refusal_is_a_device_error(make):
+    import importlib
+
+    top = make.partition(".")[0]
+    names = {top: importlib.import_module(top)}
+    if top in ("jax", "mlx"):
+        importlib.import_module(make.rpartition(".")[0])
+    x = eval(make, names)
+    for call in (tb.asarray, tb.from_dlpack):
+        with pytest.raises(tb.DeviceError) as info:
+            call(x, device="cuda")
+        assert str(info.value).startswith(f"{call.__name__}(): ")
+        assert "cannot export its cpu data to cuda:0 (it refused: " in str(info.value)
+        assert "\n" not in str(info.value) and info.value.__cause__ is not None
 
 
 def test_the_fast_paths_keep_working_after_an_error():

@@ -100,17 +100,34 @@ cdef object _call_error(object x, int mask, object stream, object dl_device, obj
                  f"older than the DLPack 2023.12 keywords cannot honour this request); "
                  f"{call} raised")
     cdef DLDevice wanted
-    if isinstance(exc, BufferError) and mask & KW_DEVICE:
-        # One exception for a device that cannot be had, whoever said so; the
-        # producer's refusal is its cause.
+    if mask & KW_DEVICE:
         wanted.device_type = dl_device[0]
         wanted.device_id = dl_device[1]
+    if mask & KW_DEVICE and not _same_device(source, wanted) and not isinstance(
+            exc, (MemoryError, RecursionError)):
+        # One exception for a device that cannot be had, whoever said so and however
+        # (NumPy: BufferError; PyTorch: NotImplementedError; JAX, TensorFlow:
+        # RuntimeError); the producer's refusal is its cause.
+        said = str(exc).strip().partition("\n")[0]  # (all of it is in the cause)
         error = DeviceError(
             f"from_dlpack(): {name} cannot export its {_dev_str(source)} data to "
-            f"{_dev_str(wanted)} (it refused: {type(exc).__name__}: {exc}); {_NO_MOVES}")
+            f"{_dev_str(wanted)} (it refused: {type(exc).__name__}: {said}); {_NO_MOVES}")
         error.__cause__ = exc
         return error
     return _producer_error(exc, f"from_dlpack(): {name}.{call} raised")
+
+
+cdef bint _refuses_the_call(object exc):
+    """Whether a TypeError from __dlpack__(max_version=...) says the call itself was
+    refused (a signature without max_version), so the legacy call may work: a
+    TypeError as Python, Cython, pybind11 and nanobind raise it, or one that names
+    an argument (Boost.Python's ArgumentError). Another subclass is the producer's
+    refusal of the data (PyArrow's ArrowTypeError for nulls), which the legacy call
+    would repeat, after a DeprecationWarning of PyArrow's."""
+    if type(exc) is TypeError:
+        return True
+    text = str(exc)
+    return "argument" in text or "keyword" in text or "max_version" in text
 
 
 cdef object _checked_capsule(object x, object capsule):
@@ -225,10 +242,7 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags, bint host_o
     try:
         capsule = _call_dlpack(x, mask, None, None, copy)
     except TypeError as exc:
-        if mask or type(exc) is not TypeError:
-            # A subclass is the producer's own refusal (PyArrow's ArrowTypeError for
-            # nulls), not a signature without max_version: no legacy call (which
-            # PyArrow deprecates with a warning) would change its answer.
+        if mask or not _refuses_the_call(exc):
             raise _call_error(x, mask, None, None, copy, False, exc, _cpu_device)
         first = exc
     except Exception as exc:
@@ -358,8 +372,8 @@ cdef object _ask_producer(object x, int mask, object stream, object dl_device, o
         try:
             return _call_dlpack(x, mask, stream, dl_device, copy)
         except TypeError as exc:
-            if mask & (KW_DEVICE | KW_COPY) or one_call_left or type(exc) is not TypeError:
-                raise   # (a TypeError subclass is the producer's refusal, as above)
+            if mask & (KW_DEVICE | KW_COPY) or one_call_left or not _refuses_the_call(exc):
+                raise
             # A producer older than the 2023.12 keywords: the legacy call, once.
             legacy = True
             return _legacy_retry(x, mask, stream)

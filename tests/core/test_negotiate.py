@@ -70,6 +70,27 @@ def test_a_typeerror_subclass_is_the_producers_refusal_not_a_missing_keyword(str
         assert isinstance(info.value.__cause__, NullsError)
 
 
+def test_a_typeerror_subclass_naming_an_argument_is_a_signature_without_max_version():
+    # Boost.Python raises ArgumentError (a TypeError) when no overload takes the call.
+    class ArgumentError(TypeError):
+        pass
+
+    a = np.arange(3.0)
+
+    def old_style(**kw):
+        if kw:
+            raise ArgumentError(
+                "Python argument types in\n    Producer.__dlpack__(Producer)\n"
+                "did not match C++ signature"
+            )
+        return capsule_of(a, versioned=False)
+
+    p = Producer(old_style)
+    p.__class__ = type("BoostProducer", (Producer,), {})
+    assert tb.from_dlpack(p).tolist() == [0.0, 1.0, 2.0]
+    assert p.calls == [{"max_version": (1, 3)}, {}]
+
+
 def test_copy_true_on_cpu_is_not_forwarded_so_legacy_producers_still_work():
     a = np.arange(3.0)
     p = legacy_producer(a)

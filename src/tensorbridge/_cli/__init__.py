@@ -181,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
         "--frameworks",
         metavar="A,B",
         help="only these frameworks, by the names convert takes (default: every one "
-        "installed); exit status 1 when one is not installed",
+        "installed); exit status 1 when one is not installed (and, with or without "
+        "this option, when one that is installed fails to import)",
     )
     return parser
 
@@ -224,6 +225,8 @@ def run(argv: list[str]) -> int:
     # The command imports frameworks only to try them: keep their C++ start-up
     # logging out of the terminal (a user's own setting wins).
     set_environment()
+    if sys.stderr is None:  # started with stderr closed (2>&-): messages go nowhere,
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (not to stdout, as print would)
     try:
         status = _command(argv)
         sys.stdout.flush()
@@ -282,17 +285,24 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(code, int) and code is not None:
             print(code, file=sys.stderr)
     except KeyboardInterrupt as exc:  # Ctrl-C: the user knows; one line, no traceback
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            sys.stderr.flush()  # (what the command said first comes first)
         if isinstance(exc, interrupts.Interrupted):
             interrupts.note(exc.command, exc.what)
         else:
             interrupts.note()
+        status = interrupts.STATUS
+    if interrupts.interrupted():
+        # Also when the KeyboardInterrupt was swallowed all the way (a producer's
+        # __dlpack__ that catches it): the run did not end as asked.
+        interrupts.note()
         status = interrupts.STATUS
     interrupts.finishing()
     try:
         sys.stdout.flush()
     except (OSError, ValueError):  # the output was not written (a full disk, a closed pipe)
         status = status or 120  # (what Python exits with when its final flush fails)
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(AttributeError, OSError, ValueError):
         sys.stderr.flush()
     if sys.gettrace() is not None or sys.getprofile() is not None or "coverage" in sys.modules:
         # A profiler, a debugger or coverage writes its results at exit: let it.

@@ -127,10 +127,11 @@ def run(expr: str) -> int:
 
 
 def _run(expr: str, progress: Progress) -> int:
-    namespace = LazyNames()
+    # The names are the globals, so that lambdas and comprehensions of EXPR see them.
+    namespace = LazyNames(__builtins__=__builtins__)
     namespace.progress = progress
     try:
-        obj = eval(expr, {"__builtins__": __builtins__}, namespace)  # the user's own code
+        obj = eval(expr, namespace)  # the user's own code
     except Exception as exc:
         interrupts.check()  # an interrupt turned into another error is an interrupt
         progress.clear()
@@ -153,6 +154,7 @@ def _run(expr: str, progress: Progress) -> int:
     try:
         print(f"  __dlpack_device__(): {obj.__dlpack_device__()}")
     except Exception as exc:
+        interrupts.check()
         print(f"  __dlpack_device__(): fails: {type(exc).__name__}: {exc}")
     apis = [
         name
@@ -169,6 +171,7 @@ def _run(expr: str, progress: Progress) -> int:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 capsule = obj.__dlpack__(**kwargs)
         except Exception as exc:
+            interrupts.check()
             print(
                 f"    fails: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             )

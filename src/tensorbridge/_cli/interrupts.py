@@ -13,14 +13,18 @@ point (`tensorbridge._cli.main`) replaces Python's handler with `install`'s, whi
   framework's exceptions (an import that failed, a peer's exchange) tell an
   interrupt from a failure: `check` raises KeyboardInterrupt there again;
 - raises KeyboardInterrupt, as Python's handler does, to stop what runs now;
-- starts a watchdog thread that ends the process half a second later if it is
-  still running (the note written first, then ``os._exit(130)``): a KeyboardInterrupt
-  that was swallowed where no `check` follows soon cannot keep it going;
+- wakes a watchdog thread (started by `install`), which ends the process half a
+  second later if it is still running (the note written first, then
+  ``os._exit(130)``): a KeyboardInterrupt that was swallowed where no `check`
+  follows soon cannot keep it going;
 - and, at a second Ctrl-C, ends the process at once.
 
 KeyboardInterrupts reported as unraisable (the gc callback's) are not printed
 once the interrupt is recorded. The note is written once, by whichever of the
-main thread and the watchdog gets there first (`note`).
+main thread and the watchdog gets there first (`note`), to the stderr the command
+started with. The console entry point also ends with 130 and the note when a Ctrl-C
+was received but swallowed all the way (a producer's ``__dlpack__`` that catches it),
+so a run that was interrupted never ends as if it had not been.
 
 Called with arguments (the tests, a program embedding the command), `main` installs
 nothing: the KeyboardInterrupt reaches the caller as usual.
@@ -58,9 +62,11 @@ STATUS = 130
 GRACE = 0.5
 
 _received = threading.Event()
-_noted = threading.Lock()
-_said = False
+_noted = threading.Lock()  # taken once, by the first note; never released
 _finishing = False
+#: A descriptor of the stderr the command started with, where the note goes (set
+#: by `install`; the watchdog writes there whatever ``sys.stderr`` is meanwhile).
+_note_fd = -1
 
 
 class Interrupted(KeyboardInterrupt):
@@ -87,20 +93,18 @@ def check() -> None:
 
 def note(command: str = "tensorbridge", what: str = "") -> None:
     """Write the one line that says the command was interrupted, once per process
-    (``tensorbridge: interrupted``, with what was stopped when known), straight to
-    the file descriptor of ``sys.stderr`` (no lock another thread may hold)."""
-    global _said
-    with _noted:
-        if _said:
-            return
-        _said = True
+    (``tensorbridge: interrupted``, with what was stopped when known), straight to a
+    descriptor of the stderr the command started with: no lock another thread (or
+    the interrupted code) may hold is taken, so a signal handler may call it."""
+    if not _noted.acquire(blocking=False):
+        return
     line = f"{command}: interrupted{': ' + what if what else ''}\n".encode()
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = 2
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        sys.stderr.flush()  # what was written before it comes first
+    fd = _note_fd
+    if fd < 0:
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            return
     with contextlib.suppress(OSError):
         os.write(fd, line)
 
@@ -111,6 +115,8 @@ def _end_now() -> None:
 
 
 def _watchdog() -> None:
+    """Waits for the first Ctrl-C, then gives the main thread `GRACE` seconds."""
+    _received.wait()
     time.sleep(GRACE)
     _end_now()
 
@@ -118,8 +124,7 @@ def _watchdog() -> None:
 def _handler(signum: int, frame: FrameType | None) -> None:
     if _received.is_set() or _finishing:
         _end_now()  # a second Ctrl-C, or one while the output is flushed: no more waiting
-    _received.set()
-    threading.Thread(target=_watchdog, name="tensorbridge-ctrl-c", daemon=True).start()
+    _received.set()  # (the watchdog wakes)
     raise KeyboardInterrupt
 
 
@@ -142,10 +147,14 @@ def finishing() -> None:
 
 def install() -> None:
     """Handle Ctrl-C as this module says, for the rest of the process (the console
-    entry point calls it first). Off the main thread, where Python cannot set a
-    signal handler, nothing changes."""
-    try:
-        signal.signal(signal.SIGINT, _handler)
-    except ValueError:
+    entry point calls it first). The watchdog thread starts here, waiting (a thread
+    started inside a signal handler could deadlock on threading's own locks). Off
+    the main thread, where Python cannot set a signal handler, nothing changes."""
+    global _note_fd
+    if threading.current_thread() is not threading.main_thread():
         return
+    with contextlib.suppress(OSError):
+        _note_fd = os.dup(2)
+    threading.Thread(target=_watchdog, name="tensorbridge-ctrl-c", daemon=True).start()
+    signal.signal(signal.SIGINT, _handler)
     sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
