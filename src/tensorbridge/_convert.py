@@ -579,14 +579,17 @@ def route_mode(obj: Any, target: type[Framework]) -> int:
     if read == _ROUTE["PROTOCOL"] and source is not None and source.legacy_export_deprecated:
         # No importer of another framework may ask it the legacy way (PyArrow warns):
         # it is read here, with max_version, and the target gets a Tensor; or handed
-        # to an importer that asks that way only after a TypeError, when the type
-        # says (null_count) that no TypeError can come.
+        # to an importer that asks that way only after a TypeError: called with
+        # copy=False (after which NumPy does not), or when the type says
+        # (null_count) that no TypeError can come.
         if target.importer_asks_legacy or not target.hands_off(source, tp):
             return read
         mode = _handoff_mode(read, source, target, tp)
         if not mode:
             return read
-        if source.counts_nulls and hasattr(tp, "null_count"):
+        if target.importer_takes_copy_false():
+            mode |= _ROUTE["COPY_FALSE"]  # (no legacy call after copy=False)
+        elif source.counts_nulls and hasattr(tp, "null_count"):
             mode |= _ROUTE["NO_NULLS"]
         return mode
     # A trusted source read through __dlpack__ may instead be asked here as the
@@ -795,6 +798,8 @@ def _route_text(
         )
         if mode & _ROUTE["NO_NULLS"]:
             text += " (when it has no nulls)"
+        elif mode & _ROUTE["COPY_FALSE"]:
+            text += " (with copy=False, so it never asks the legacy way)"
         if read_copied:
             text += "; data it cannot take as it is (as here) is planned"
         return text

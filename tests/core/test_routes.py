@@ -250,25 +250,42 @@ def test_pyarrow_is_never_asked_for_a_legacy_capsule(target, capfd):
     if framework.importer_asks_legacy:
         assert mode == R["PROTOCOL"]  # read here, with max_version
     elif mode > 0 and mode & R["HANDOFF"]:
-        assert mode & R["NO_NULLS"]
+        assert mode & (R["NO_NULLS"] | R["COPY_FALSE"])
 
 
 @needs("pyarrow")
-def test_a_pyarrow_handoff_plans_arrays_with_nulls_and_tensors_have_none(no_planner):
+@pytest.mark.parametrize("copy_false", [True, False], ids=["NumPy 2.1+", "older NumPy"])
+def test_a_pyarrow_handoff_to_numpy_never_lets_it_ask_the_legacy_way(
+    copy_false, monkeypatch, no_planner
+):
+    # NumPy asks __dlpack__() after a TypeError unless copy= or device= was given:
+    # from 2.1 the route gives copy=False; before, it reads null_count first.
     import pyarrow as pa
 
+    if copy_false and not FRAMEWORKS["numpy"].importer_takes_copy_false():
+        pytest.skip("NumPy before 2.1 has no copy= in from_dlpack")
+    numpy = FRAMEWORKS["numpy"]
+    monkeypatch.setattr(numpy, "importer_takes_copy_false", classmethod(lambda cls: copy_false))
+    _core.clear_routes()
+    check, other = ("COPY_FALSE", "NO_NULLS") if copy_false else ("NO_NULLS", "COPY_FALSE")
     arr = pa.array([1.0, 2.0])
     tb.convert(arr, "numpy")
-    assert fast("numpy").route_of(arr) & R["NO_NULLS"]
+    assert fast("numpy").route_of(arr) & R[check] and not fast("numpy").route_of(arr) & R[other]
     grid = pa.Tensor.from_numpy(np.arange(4.0).reshape(2, 2))
     tb.convert(grid, "numpy")
     mode = fast("numpy").route_of(grid)
     assert mode & R["HANDOFF"] and not mode & R["NO_NULLS"]  # (a Tensor has no nulls)
-    assert "when it has no nulls" in tb.explain(arr, "numpy").route
+    said = "with copy=False" if copy_false else "when it has no nulls"
+    assert said in tb.explain(arr, "numpy").route
     no_planner("numpy")
-    assert tb.convert(pa.array([3.0]), "numpy").tolist() == [3.0]  # along the route
-    with pytest.raises(BufferError, match=r"1 null.*fill_null"):  # the planner's refusal
-        tb.convert(pa.array([3.0, None]), "numpy")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert tb.convert(pa.array([3.0]), "numpy").tolist() == [3.0]  # along the route
+        assert tb.convert(grid, "numpy").tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        with pytest.raises(BufferError, match=r"1 null.*fill_null"):  # the planner's
+            tb.convert(pa.array([3.0, None]), "numpy")
+    assert [str(w.message) for w in caught] == []
+    _core.clear_routes()
 
 
 @needs("jax")

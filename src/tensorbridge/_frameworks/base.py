@@ -371,6 +371,12 @@ class Framework:
         return None
 
     @classmethod
+    def importer_takes_copy_false(cls) -> bool:
+        """True when `importer` takes ``copy=False`` and, given it, never falls back
+        to the legacy ``__dlpack__()`` call (NumPy 2.1 and later)."""
+        return False
+
+    @classmethod
     def carry_importer(cls) -> Any:
         """What carried routes call with a source they do not read first (a
         `_core._Carrier` standing for it, which checks the capsule the call asks

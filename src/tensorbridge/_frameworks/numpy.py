@@ -90,6 +90,12 @@ class NumpyFramework(Framework):
         return cls.module().from_dlpack
 
     @classmethod
+    def importer_takes_copy_false(cls) -> bool:
+        # NumPy 2.1 added copy= (and device=); with either given it makes no legacy
+        # call after a TypeError.
+        return bool(cls.module().lib.NumpyVersion(cls.module().__version__) >= "2.1.0")
+
+    @classmethod
     def owns(cls, obj: Any) -> bool:
         # Exactly ndarray: numpy.asarray gives subclasses (matrix, masked arrays) a
         # base-class view, and so does convert.
