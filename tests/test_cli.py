@@ -447,6 +447,20 @@ def test_what_caches_the_stand_in_stderr_still_reaches_stderr_afterwards(capfd):
     assert capfd.readouterr().err == "still heard\n"
 
 
+@pytest.mark.parametrize(
+    "args", [["--frameworks", "numpy", "--no-timing"], ["inspect", "np.ones(2)"], ["--version"]]
+)
+def test_a_closed_stdout_is_no_traceback(args):
+    result = subprocess.run(  # (stdout closed by the shell: >&-)
+        ["sh", "-c", 'exec "$0" -m tensorbridge "$@" >&-', sys.executable, *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr
+
+
 def test_a_closed_stderr_sends_nothing_to_stdout():
     for args, status in ((["--version"], 0), (["--frameworks", "caffe"], 2)):
         result = subprocess.run(  # (stderr closed by the shell: 2>&-)

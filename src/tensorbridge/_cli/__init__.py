@@ -225,8 +225,12 @@ def run(argv: list[str]) -> int:
     # The command imports frameworks only to try them: keep their C++ start-up
     # logging out of the terminal (a user's own setting wins).
     set_environment()
-    if sys.stderr is None:  # started with stderr closed (2>&-): messages go nowhere,
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (not to stdout, as print would)
+    # Started with stderr or stdout closed (2>&-, >&-): what would go there goes nowhere
+    # (print to a None stderr would write to stdout; flushing a None stdout raises).
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the rest of the process)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     try:
         status = _command(argv)
         sys.stdout.flush()
