@@ -232,7 +232,8 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
         raise BufferError(
             f"the Arrow array has length {a.length} and offset {a.offset}; both must be >= 0")
     shape[0] = a.length
-    cdef int64_t start = a.offset, count = a.length, nulls
+    cdef int64_t start = a.offset, count = a.length, nulls, end, limit, end_byte
+    cdef int64_t first_byte = 0
     for level in range(ndim):
         nulls = _count_nulls(a, start, count)
         if nulls:
@@ -248,18 +249,34 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
                 tb_mul_overflow(count, inner[level], &count):
             raise BufferError("the Arrow array's extents overflow 64 bits")
         a = a.children[0]
-        if a.offset < 0 or tb_add_overflow(start, a.offset, &start):
-            raise BufferError(f"the Arrow child array has offset {a.offset}")
-        if start + count > a.offset + a.length:
+        if a.offset < 0 or a.length < 0 or tb_add_overflow(start, a.offset, &start):
+            raise BufferError(
+                f"the Arrow child array has offset {a.offset} and length {a.length}")
+        # (checked: a crafted offset made start + count wrap past 2**63, and the data
+        # pointer land anywhere)
+        if tb_add_overflow(start, count, &end) or tb_add_overflow(a.offset, a.length, &limit) \
+                or end > limit:
             raise BufferError(
                 "the Arrow fixed-size list's child array is shorter than its parent says")
-    if a.n_buffers != 2 or a.buffers == NULL:
+    if a.buffers == NULL:
+        raise BufferError(
+            f"the Arrow {_dtype_obj(dt)} array's buffers pointer is NULL (a malformed "
+            "array: its producer is at fault)")
+    if a.n_buffers != 2:
         raise BufferError(
             f"the Arrow {_dtype_obj(dt)} array has {a.n_buffers} buffers; a primitive "
             "array has 2 (validity, values)")
     cdef const uint8_t* values = <const uint8_t*>a.buffers[1]
     if values == NULL and count > 0:
         raise BufferError("the Arrow array's values buffer is NULL")
+    # The elements [start, start + count) must be addressable: their byte range (bits,
+    # for booleans) within the 64-bit address space.
+    if tb_add_overflow(start, count, &end) or (dt.code != kDLBool and (
+            tb_mul_overflow(start, <int64_t>_itemsize(dt), &first_byte)
+            or tb_mul_overflow(end, <int64_t>_itemsize(dt), &end_byte))):
+        raise BufferError(
+            f"the Arrow array's offset {start} and length {count} reach beyond the 64-bit "
+            "address space (a malformed array: its producer is at fault)")
     cdef Tensor t
     cdef int64_t i, bit
     cdef uint8_t* out
@@ -280,7 +297,7 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
     t._device = _cpu_device
     t._flags = TB_FLAG_READ_ONLY
     _check_layout(t, "asarray()", "Arrow array")
-    t._data = <void*>(values + start * <int64_t>_itemsize(dt)) if values != NULL else NULL
+    t._data = <void*>(values + first_byte) if values != NULL else NULL
     Py_INCREF(owner)
     t._managed = <void*>owner
     t._owner_kind = OWN_OBJECT
@@ -383,7 +400,10 @@ def import_arrow_stream(stream_capsule, bint allow_copy):
                 "them needs a copy (combine the chunks first to share one buffer)")
         shape[0] = 0
         for t in tensors:
-            shape[0] += t._shape[0]
+            if tb_add_overflow(shape[0], t._shape[0], &shape[0]):
+                raise BufferError(
+                    f"the Arrow stream's {len(tensors)} chunks hold more than 2**63 - 1 "
+                    "rows in all (a malformed stream: its producer is at fault)")
         for i in range(1, ndim):
             shape[i] = inner[i - 1]
         out = _alloc_tensor(ndim, shape, dt, _cpu_device, 0)

@@ -365,3 +365,141 @@ def test_capsules_of_the_wrong_kind_are_the_producers_fault_not_a_copy_refusal()
 def test_a_malformed_fixed_size_list_width_is_refused(width):
     with pytest.raises(BufferError, match="malformed Arrow format string"):
         tb.asarray(Producer([1], fmt=b"+w:" + width))
+
+
+# -- crafted structs: every count and offset read is checked arithmetic ----------------
+
+
+class FixedSizeLists:
+    """A producer of fixed_size_list<int8>[width] arrays: `rows` rows from `offset`,
+    over a child of `child` int8 values (None: no values buffer, for empty children),
+    as one array or as a stream of one chunk per entry of `rows`."""
+
+    def __init__(self, width, rows, offset=0, child=(), child_offset=0):
+        self.width, self.rows, self.offset = width, list(rows), offset
+        self.child, self.child_offset = list(child), child_offset
+        self.keep = []
+        self._release_array = ARRAY_RELEASE(
+            lambda p: setattr(p.contents, "release", ARRAY_RELEASE())
+        )
+        self._release_schema = SCHEMA_RELEASE(
+            lambda p: setattr(p.contents, "release", SCHEMA_RELEASE())
+        )
+
+    def schema(self, out=None):
+        child = ArrowSchema(b"c", b"item", None, 0, 0, None, None, self._release_schema, None)
+        children = (ctypes.POINTER(ArrowSchema) * 1)(ctypes.pointer(child))
+        s = out if out is not None else ArrowSchema()
+        s.format, s.name, s.metadata, s.flags = b"+w:%d" % self.width, b"x", None, 0
+        s.n_children, s.children, s.dictionary = 1, children, None
+        s.release, s.private_data = self._release_schema, None
+        self.keep += [child, children, s]
+        return s
+
+    def array(self, length, out=None):
+        values = (ctypes.c_int8 * max(1, len(self.child)))(*self.child)
+        child_buffers = (ctypes.c_void_p * 2)(
+            None, ctypes.addressof(values) if self.child else None
+        )
+        child = ArrowArray(
+            len(self.child) - self.child_offset,
+            0,
+            self.child_offset,
+            2,
+            0,
+            child_buffers,
+            None,
+            None,
+            self._release_array,
+            None,
+        )
+        children = (ctypes.POINTER(ArrowArray) * 1)(ctypes.pointer(child))
+        buffers = (ctypes.c_void_p * 1)(None)
+        a = out if out is not None else ArrowArray()
+        a.length, a.null_count, a.offset, a.n_buffers = length, 0, self.offset, 1
+        a.n_children, a.buffers, a.children, a.dictionary = 1, buffers, children, None
+        a.release, a.private_data = self._release_array, None
+        self.keep += [values, child_buffers, child, children, buffers, a]
+        return a
+
+    def __arrow_c_array__(self, requested_schema=None):
+        s, a = self.schema(), self.array(self.rows[0])
+        return (
+            _capsule_new(ctypes.addressof(s), b"arrow_schema", None),
+            _capsule_new(ctypes.addressof(a), b"arrow_array", None),
+        )
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        chunks = iter(self.rows)
+
+        def get_next(_, out):
+            length = next(chunks, None)
+            if length is None:
+                out.contents.release = ARRAY_RELEASE()
+            else:
+                self.array(length, out.contents)
+            return 0
+
+        self._callbacks = (
+            GET_SCHEMA(lambda _, out: (self.schema(out.contents), 0)[1]),
+            GET_NEXT(get_next),
+            LAST_ERROR(lambda _: None),
+            STREAM_RELEASE(lambda _: None),
+        )
+        stream = ArrowArrayStream(*self._callbacks)
+        self.keep.append(stream)
+        return _capsule_new(ctypes.addressof(stream), b"arrow_array_stream", None)
+
+
+def test_a_fixed_size_list_is_read_as_rows_of_its_width():
+    lists = FixedSizeLists(2, [3], offset=1, child=range(10), child_offset=2)
+    # Row 1 onwards of a child that starts at its element 2: elements 4..9.
+    assert tb.asarray(lists).tolist() == [[4, 5], [6, 7], [8, 9]]
+
+
+def test_an_offset_that_wraps_past_2_63_is_refused_not_read():
+    # Found by a fuzz under UBSan: start + count wrapped, the check passed, and the data
+    # pointer was values + 2**63 - 2 (tolist() crashed).
+    lists = FixedSizeLists(2, [1], offset=2**62 - 1, child=range(10))
+    with pytest.raises(BufferError, match="child array is shorter than its parent says"):
+        tb.asarray(lists)
+
+
+@pytest.mark.parametrize(("width", "offset"), [(999999999999999999, 9), (2**31, 2**32)])
+def test_widths_and_offsets_beyond_64_bits_are_refused(width, offset):
+    with pytest.raises(BufferError, match=r"overflow 64 bits|shorter than its parent"):
+        tb.asarray(FixedSizeLists(width, [1], offset=offset, child=range(4)))
+
+
+def test_a_primitive_offset_beyond_the_address_space_is_refused():
+    wide = Producer([1, 2], fmt=b"l")  # int64: offset * 8 bytes
+    wide.array = lambda index, out=None, _array=wide.array: _shift(_array(index, out), 2**61)
+    with pytest.raises(BufferError, match="reach beyond the 64-bit address space"):
+        tb.asarray(wide)
+
+
+def _shift(array, offset):
+    array.offset = offset
+    return array
+
+
+@pytest.mark.parametrize("rows", [[2**62] * 4 + [5], [2**62, 2**62], [2**62, 2**62 - 1, 2]])
+def test_a_stream_whose_rows_add_up_past_2_63_is_refused(rows):
+    # Chunks of fixed_size_list<int8>[0] need no memory: 4 of 2**62 rows and one of 5
+    # made a tensor of shape (5, 0).
+    with pytest.raises(BufferError, match=r"hold more than 2\*\*63 - 1 rows"):
+        tb.asarray(StreamOnly(FixedSizeLists(0, rows)))
+
+
+def test_a_null_buffers_pointer_is_named():
+    bare = Producer([1, 2])
+    original = bare.array
+
+    def without_buffers(index, out=None):
+        a = original(index, out)
+        a.buffers = None
+        return a
+
+    bare.array = without_buffers
+    with pytest.raises(BufferError, match="buffers pointer is NULL"):
+        tb.asarray(bare)
