@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 import types
 
 import numpy as np
@@ -209,6 +210,53 @@ def test_pyarrow_bool_and_nd():
     back = tb.convert(np.array([True, False]), "pyarrow")
     assert back.type == pa.bool_() and back.to_pylist() == [True, False]
     assert tb.convert(np.arange(6.0).reshape(2, 3), "pyarrow").shape == (2, 3)
+
+
+ABORTING = textwrap.dedent(
+    """
+    import tensorflow as tf, tensorbridge as tb
+    made = {
+        "string": tf.constant(["a", "b"]),
+        "resource": tf.Variable([1.0]).handle,
+        "variant": tf.data.experimental.to_variant(tf.data.Dataset.range(2)),
+    }
+    numbers = tf.constant([1.0, 2.0])
+    for target in ("numpy", "torch", "tensorbridge", "mlx"):
+        tb.convert(numbers, target)
+        tb.convert(numbers, target)  # (a route for EagerTensor, cached)
+    for name, x in made.items():
+        calls = [lambda: tb.asarray(x), lambda: tb.from_dlpack(x), lambda: tb.explain(x, "numpy")]
+        calls += [lambda t=t: tb.convert(x, t) for t in ("numpy", "torch", "tensorbridge", "mlx")]
+        for call in calls:
+            try:
+                call()
+            except BufferError as exc:
+                assert f"a TensorFlow {name} tensor has no DLPack form" in str(exc), exc
+            else:
+                raise AssertionError(f"{name}: no error")
+    print("refused, not aborted")
+    """
+)
+
+
+@needs("tensorflow", "torch", "mlx")
+def test_tensorflow_exports_that_abort_are_never_asked():
+    # TensorFlow's __dlpack__ aborts the process on string, resource and variant
+    # tensors (Check failed: DataTypeCanUseMemcpy), as numpy.from_dlpack finds: they
+    # are refused before it is called, on every path (in a child: an abort ends it).
+    run = subprocess.run(
+        [sys.executable, "-c", ABORTING], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "refused, not aborted" in run.stdout
+    inspected = subprocess.run(
+        [sys.executable, "-m", "tensorbridge", "inspect", "tf.constant(['a'])"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert inspected.returncode == 1, inspected.stderr[-2000:]
+    assert "__dlpack__(): not asked: a TensorFlow string tensor" in inspected.stdout
 
 
 @needs("tensorflow")

@@ -11,6 +11,10 @@ from tensorbridge._dtypes import DTYPES as _DTYPES
 from tensorbridge._devices import DLDeviceType as _DLDeviceType, cached_device as _make_device
 from tensorbridge._known_types import (
     immutable_type as _known_immutable_type, loaded as _loaded,   # (completely imported)
+    aborting_export_type as _known_aborting_export_type,
+    export_refusal as _known_export_refusal,
+    ABORTING_DTYPE_METHOD as _aborting_dtype_method,
+    ABORTING_DTYPE_CODES as _aborting_dtype_codes,
 )
 
 

@@ -23,7 +23,7 @@ from tensorbridge._dtypes import DType, as_dtype, dtype_from_code
 from tensorbridge._errors import NO_MOVES, DeviceError, said_by
 from tensorbridge._frameworks import Framework, framework_of, resolve_target
 from tensorbridge._frameworks.base import writable_view
-from tensorbridge._known_types import loaded, repeatable_arrow_stream
+from tensorbridge._known_types import aborting_export_type, loaded, repeatable_arrow_stream
 from tensorbridge._targets import TargetName
 
 __all__ = ["Plan", "TargetName", "convert_general", "explain"]
@@ -654,6 +654,9 @@ def _remember_route(obj: Any, to: str | types.ModuleType, framework: type[Framew
         return
     _core.set_fast_target(to, fast)
     mode = route_mode(obj, framework)
+    if mode and mode not in (_ROUTE["SAME"], _ROUTE["TENSOR"]) and aborting_export_type(type(obj)):
+        # Each object is asked first whether its export would abort the process.
+        mode |= _ROUTE["CHECK_EXPORT"]
     if mode:
         fast.remember(type(obj), mode)
 

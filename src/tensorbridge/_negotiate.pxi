@@ -238,6 +238,8 @@ cdef Tensor _from_dlpack_unqueried(object x, object copy, int flags, bint host_o
     cdef bint queried = False
     if flags & TI_TORCH:
         _check_torch_bits(x)
+    if flags & TI_ABORTS:
+        _refuse_aborting_export(x, "from_dlpack()")
     first = None
     try:
         capsule = _call_dlpack(x, mask, None, None, copy)
@@ -387,6 +389,7 @@ cdef Tensor _from_producer(object x, object device, object copy, object stream,
     cdef bint queried = True
     if not (_type_slot(x).flags & TI_PROTOCOL):
         _raise_not_dlpack(x)
+    _refuse_aborting_export(x, "from_dlpack()")
     if device is None and _is_ndarray(x):
         # NumPy memory is host memory and NumPy takes no stream, so there is
         # nothing __dlpack_device__() could change: the capsule says the rest.

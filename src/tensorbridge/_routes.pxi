@@ -59,6 +59,9 @@ cdef enum:
     # asks the legacy way, whatever the source raises (it does so only when neither
     # device nor copy is given); about 40 ns where reading null_count costs 75
     ROUTE_COPY_FALSE = 8192
+    # any read but of a Tensor or NumPy's struct: a source whose export aborts the
+    # process on some of its arrays (TensorFlow's strings) is asked which first
+    ROUTE_CHECK_EXPORT = 16384
 
 
 cdef object _s_null_count = "null_count"
@@ -86,7 +89,8 @@ def _route_constants():
                 MARK_READONLY=ROUTE_MARK_READONLY, TORCH_BITS=ROUTE_TORCH_BITS,
                 WRITABLE_ONLY=ROUTE_WRITABLE_ONLY, CHECK_DTYPE=ROUTE_CHECK_DTYPE,
                 MARK_WRITABLE=ROUTE_MARK_WRITABLE, CARRY=ROUTE_CARRY, SAME=ROUTE_SAME,
-                CAPSULE=ROUTE_CAPSULE, NO_NULLS=ROUTE_NO_NULLS, COPY_FALSE=ROUTE_COPY_FALSE)
+                CAPSULE=ROUTE_CAPSULE, NO_NULLS=ROUTE_NO_NULLS, COPY_FALSE=ROUTE_COPY_FALSE,
+                CHECK_EXPORT=ROUTE_CHECK_EXPORT)
 
 
 # The cache: per target, a small two-way table of source types. A slot holds the
@@ -607,6 +611,8 @@ cdef class FastTarget:
             return obj
         if mode == ROUTE_NDARRAY and self.takes_any_host:
             return _import_ndarray(obj)     # (host memory of 8-bit or wider types)
+        if mode & ROUTE_CHECK_EXPORT and _export_aborts(obj):
+            return None     # never asked, nor handed to an importer: the planner refuses
         if mode & ROUTE_CAPSULE:
             if mode & ROUTE_READ_MASK == ROUTE_TABLE:
                 return self._pass_table_managed(mode, obj)

@@ -26,7 +26,7 @@ from tensorbridge._core import inspect_capsule, is_capsule
 from tensorbridge._devices import device_name
 from tensorbridge._dtypes import dtype_from_code
 from tensorbridge._frameworks import FRAMEWORKS, import_names
-from tensorbridge._known_types import check_import_order
+from tensorbridge._known_types import aborting_export_type, check_import_order, export_refusal
 
 __all__ = ["NAMES", "LazyNames", "describe_capsule", "owner", "run"]
 
@@ -162,6 +162,10 @@ def _run(expr: str, progress: Progress) -> int:
         if hasattr(tp, name)
     ]
     print(f"  C exchange API: {', '.join(apis) if apis else 'none'}")
+    refusal = export_refusal(obj) if aborting_export_type(tp) else None
+    if refusal is not None:
+        print(f"  __dlpack__(): not asked: {refusal}")
+        return 1
     for label, kwargs in (("max_version=(1, 3)", {"max_version": (1, 3)}), ("legacy ()", {})):
         print(f"  __dlpack__({label}):")
         try:
