@@ -344,3 +344,76 @@ def test_tracemalloc_measurement_sees_a_leak():
     blocks, size, growing = _traced_growth(_leaky_step(), TRACE_ITERATIONS)
     assert blocks >= TRACE_ITERATIONS and size > TRACE_BYTES, (blocks, size)
     assert Path(__file__).name in growing
+
+
+# -- caches keyed by the producers' own types ------------------------------------------
+#
+# A program may make a new producer type, or a new exception type, on every call (a
+# class defined in a function, type(), a framework's per-call wrapper): what tensorbridge
+# remembers per type must not keep them all. Each test makes many more types than any
+# bound, and checks that the first one is freed once nothing else holds it.
+
+
+def _made_types_die(make: Callable[[int], type], use: Callable[[type], None], count=600):
+    import weakref
+
+    first = make(0)
+    use(first)
+    gone = weakref.ref(first)
+    del first
+    for i in range(1, count):
+        use(make(i))
+    gc.collect()
+    return gone() is None
+
+
+def test_producer_exception_classes_are_not_kept_for_every_type():
+    from tensorbridge import _errors
+
+    def make(i):
+        return type(f"Refusal{i}", (RuntimeError,), {})
+
+    def use(error_type):
+        class Raising:
+            def __dlpack_device__(self):
+                return (1, 0)
+
+            def __dlpack__(self, **kwargs):
+                raise error_type("no")
+
+        with pytest.raises(error_type) as info:
+            tb.from_dlpack(Raising())
+        assert isinstance(info.value, tb.ProducerError)
+        info.value.__cause__ = info.value.__context__ = None  # (frames hold the class)
+        del info
+
+    assert _made_types_die(make, use)
+    assert len(_errors._producer_classes) <= _errors.PRODUCER_CLASSES_KEPT
+
+
+def test_producer_types_remembered_as_legacy_are_not_kept():
+    from producers import legacy_producer
+
+    array = np.arange(3.0)
+
+    def make(i):
+        return type(legacy_producer(array))  # (each old-style producer: a type of its own)
+
+    def use(tp):
+        p = legacy_producer(array)
+        p.__class__ = tp
+        tb.from_dlpack(p)  # refused max_version: the type is remembered as legacy
+
+    assert _made_types_die(make, use)
+
+
+def test_torch_tensor_subclasses_are_not_kept():
+    torch = framework("torch")
+
+    def make(i):
+        return type(f"Sub{i}", (torch.Tensor,), {})
+
+    def use(tp):
+        tb.from_dlpack(torch.ones(2).as_subclass(tp))
+
+    assert _made_types_die(make, use)

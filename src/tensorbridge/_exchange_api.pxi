@@ -4,6 +4,7 @@
 
 from cpython.ref cimport PyTypeObject, Py_INCREF, Py_DECREF, Py_TYPE
 from sys import intern as _sys_intern
+from weakref import WeakSet as _WeakSet
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.string cimport memset
 from libc.stdlib cimport free, malloc
@@ -95,7 +96,9 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
 
 
 # Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
-cdef set _stream_types = set()
+# Weak: a type that dies leaves (producers made anew on every call grew these sets
+# without bound); the per-type slots above hold no reference either.
+cdef object _stream_types = _WeakSet()
 
 
 cdef bint _immutable_type(object cls) except -1:
@@ -199,7 +202,7 @@ cdef void _mark_stream_type(object x):
 
 # Producer types whose __dlpack__ refused max_version with TypeError and then
 # exported with the legacy call: asked the legacy way first from then on.
-cdef set _legacy_types = set()
+cdef object _legacy_types = _WeakSet()
 
 
 cdef void _mark_legacy_type(object x):

@@ -22,6 +22,7 @@ cdef extern from "_torch.h":
 # later, is decided again. The last type asked about is also kept in a one-entry
 # cache, with the C functions of its two methods (NULL: called as objects).
 cdef dict _torch_tensor_types = {}
+cdef Py_ssize_t _TORCH_TYPES_KEPT = 256
 cdef void* _torch_last_type = NULL
 cdef unsigned int _torch_last_tag = 0
 cdef object _torch_last_methods = None
@@ -205,7 +206,11 @@ cdef bint _learn_torch_type(object tp) except -1:
     tag = (<_TypeObj*><PyObject*>tp).tp_version_tag
     known = direct >= 0 and tag != 0    # else decided again on the next call
     if known:
-        # The dict keeps tp alive, so the pointer cannot be reused by another type.
+        # The dict keeps tp alive, so the pointer cannot be reused by another type;
+        # bounded (types made anew on every call would grow it forever): the oldest
+        # entry goes, and is learnt again if its type comes back.
+        while len(_torch_tensor_types) >= _TORCH_TYPES_KEPT:
+            _torch_tensor_types.pop(next(iter(_torch_tensor_types)), None)
         _torch_tensor_types[tp] = (methods, direct, tag)
     _torch_last_type = NULL
     _torch_last_neg = is_neg
