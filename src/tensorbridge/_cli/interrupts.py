@@ -13,10 +13,12 @@ point (`tensorbridge._cli.main`) replaces Python's handler with `install`'s, whi
   framework's exceptions (an import that failed, a peer's exchange) tell an
   interrupt from a failure: `check` raises KeyboardInterrupt there again;
 - raises KeyboardInterrupt, as Python's handler does, to stop what runs now;
-- wakes a watchdog thread (started by `install`), which ends the process half a
-  second later if it is still running (the note written first, then
+- wakes a watchdog thread (started by `install`, and woken by the signal's wakeup
+  descriptor, whichever thread the kernel delivered SIGINT to), which ends the
+  process half a second later if it is still running (the note written first, then
   ``os._exit(130)``): a KeyboardInterrupt that was swallowed where no `check`
-  follows soon cannot keep it going;
+  follows soon, or a main thread blocked in C that never saw the signal, cannot
+  keep it going;
 - and, at a second Ctrl-C, ends the process at once.
 
 KeyboardInterrupts reported as unraisable (the gc callback's) are not printed
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -64,6 +67,7 @@ GRACE = 0.5
 _received = threading.Event()
 _noted = threading.Lock()  # taken once, by the first note; never released
 _finishing = False
+_handled = False  # the Python handler ran (a second run ends the process)
 #: A descriptor of the stderr the command started with, where the note goes (set
 #: by `install`; the watchdog writes there whatever ``sys.stderr`` is meanwhile).
 _note_fd = -1
@@ -114,17 +118,40 @@ def _end_now() -> None:
     os._exit(STATUS)
 
 
-def _watchdog() -> None:
-    """Waits for the first Ctrl-C, then gives the main thread `GRACE` seconds."""
-    _received.wait()
+def _watchdog(wakeup: int) -> None:
+    """Waits for the first Ctrl-C, then gives the main thread `GRACE` seconds.
+
+    It learns of the Ctrl-C from the signal's wakeup descriptor, which Python's C
+    handler writes to at once, on whatever thread the kernel delivered SIGINT to: in
+    a process with other threads (BLAS pools, a framework's) that may not be the main
+    thread, whose blocking call (a sleep, a long C loop) is then not interrupted, and
+    the Python handler does not run until it returns. Without a descriptor (where
+    none can be set), it waits for the Python handler instead."""
+    if wakeup < 0:
+        _received.wait()
+    else:
+        while True:
+            select.select([wakeup], [], [])
+            try:
+                got = os.read(wakeup, 512)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                _received.wait()  # (the descriptor went away: the handler tells)
+                break
+            if signal.SIGINT in got:
+                break
+        _received.set()  # (check() raises from now on)
     time.sleep(GRACE)
     _end_now()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _received.is_set() or _finishing:
+    global _handled
+    if _handled or _finishing:
         _end_now()  # a second Ctrl-C, or one while the output is flushed: no more waiting
-    _received.set()  # (the watchdog wakes)
+    _handled = True
+    _received.set()  # (the watchdog wakes, if it did not already)
     raise KeyboardInterrupt
 
 
@@ -155,6 +182,17 @@ def install() -> None:
         return
     with contextlib.suppress(OSError):
         _note_fd = os.dup(2)
-    threading.Thread(target=_watchdog, name="tensorbridge-ctrl-c", daemon=True).start()
+    wakeup = -1
+    try:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        wakeup = read
+    except (OSError, ValueError, AttributeError):
+        pass  # (Windows takes a socket here: the watchdog waits for the handler)
+    threading.Thread(
+        target=_watchdog, args=(wakeup,), name="tensorbridge-ctrl-c", daemon=True
+    ).start()
     signal.signal(signal.SIGINT, _handler)
     sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
