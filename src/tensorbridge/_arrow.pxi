@@ -234,6 +234,10 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
     shape[0] = a.length
     cdef int64_t start = a.offset, count = a.length, nulls, end, limit, end_byte
     cdef int64_t first_byte = 0
+    if tb_add_overflow(start, count, &end):   # (before the validity bits are read)
+        raise BufferError(
+            f"the Arrow array's offset {start} and length {count} reach beyond the 64-bit "
+            "address space (a malformed array: its producer is at fault)")
     for level in range(ndim):
         nulls = _count_nulls(a, start, count)
         if nulls:
@@ -347,6 +351,18 @@ cdef str _stream_error(ArrowArrayStream* stream, int code):
     return f"error code {code}"
 
 
+cdef bint _same_chunk_layout(Tensor t, DLDataType dt, int ndim, const int64_t* inner) noexcept:
+    """t (a stream's chunk) has the dtype and the inner extents the schema gave."""
+    if t._dtype.code != dt.code or t._dtype.bits != dt.bits or t._dtype.lanes != dt.lanes \
+            or t._ndim != ndim:
+        return False
+    cdef int i
+    for i in range(1, ndim):
+        if t._shape[i] != inner[i - 1]:
+            return False
+    return True
+
+
 def import_arrow_stream(stream_capsule, bint allow_copy):
     """``(tensor, copied)`` from the capsule of ``__arrow_c_stream__``: one chunk is
     shared; several are joined into new memory, which ``allow_copy=False`` refuses
@@ -388,6 +404,15 @@ def import_arrow_stream(stream_capsule, bint allow_copy):
             if owner.array.length == 0:
                 continue
             t = _arrow_tensor(&schema, &owner.array, owner, &copied)
+            # Each chunk is read with the schema as it reads now, and the joined
+            # tensor is made from the schema as it read first: a producer whose format
+            # string changed in between (int8, then int64) made the join copy 8 times
+            # the memory it had (a heap overflow).
+            if not _same_chunk_layout(t, dt, ndim, inner):
+                raise BufferError(
+                    f"the Arrow stream's chunk {len(tensors) + 1} is not of its schema's "
+                    f"type and shape ({_dtype_obj(t._dtype)} {t.shape}, against "
+                    f"{_dtype_obj(dt)}; a malformed stream: its producer is at fault)")
             any_copied |= copied
             tensors.append(t)
         if len(tensors) == 1:
@@ -409,6 +434,8 @@ def import_arrow_stream(stream_capsule, bint allow_copy):
         out = _alloc_tensor(ndim, shape, dt, _cpu_device, 0)
         for t in tensors:
             row_bytes = t._nbytes()
+            if row_bytes > out._nbytes() - done:   # (the chunks are the schema's: never)
+                raise BufferError("the Arrow stream's chunks outgrew the joined tensor")
             if row_bytes:
                 memcpy(<uint8_t*>out._data + done, t._data, <size_t>row_bytes)
             done += row_bytes

@@ -87,7 +87,7 @@ class DeviceError(TensorbridgeError, BufferError):
 
 
 # Subclasses of ProducerError mixed with the producer's exception type, by type
-# (None: that type cannot be mixed in), the most recently made last. Bounded: a
+# (None: that type cannot be mixed in), the most recently used last. Bounded: a
 # producer that raises a new exception type on every call (one made by type(), a
 # class defined in a function) grew the process by 163 MB over 50,000 calls, and a
 # weak key would not help (the mixed class holds its base). An evicted type gets a
@@ -97,16 +97,24 @@ PRODUCER_CLASSES_KEPT = 256
 
 
 def _mixed_class(base: type) -> type | None:
-    if base in _producer_classes:
-        return _producer_classes[base]
     cls: type | None
+    try:
+        # A hit moves the entry to the end, so the types raised often stay.
+        cls = _producer_classes.pop(base)
+        _producer_classes[base] = cls
+        return cls
+    except KeyError:
+        pass
     try:
         cls = type(f"{base.__name__}FromProducer", (ProducerError, base), {})
         cls.__module__ = __name__
     except TypeError:  # a final class or a layout conflict
         cls = None
     while len(_producer_classes) >= PRODUCER_CLASSES_KEPT:
-        _producer_classes.pop(next(iter(_producer_classes)), None)
+        try:  # (another thread may change the dict between the two calls)
+            del _producer_classes[next(iter(_producer_classes))]
+        except (KeyError, RuntimeError, StopIteration):
+            break
     _producer_classes[base] = cls
     return cls
 

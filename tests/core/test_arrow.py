@@ -503,3 +503,60 @@ def test_a_null_buffers_pointer_is_named():
     bare.array = without_buffers
     with pytest.raises(BufferError, match="buffers pointer is NULL"):
         tb.asarray(bare)
+
+
+def test_a_stream_whose_format_changes_between_chunks_is_refused():
+    # The join was sized by the schema as first read (int8) and filled with chunks read
+    # with the schema as it read later (int64): 8 times the memory it had.
+    fmt = ctypes.create_string_buffer(b"c", 4)
+    keep = []
+    release_array = ARRAY_RELEASE(lambda p: setattr(p.contents, "release", ARRAY_RELEASE()))
+    release_schema = SCHEMA_RELEASE(lambda p: setattr(p.contents, "release", SCHEMA_RELEASE()))
+    given = []
+
+    def get_schema(_, out):
+        s = out.contents
+        s.format, s.name, s.release = ctypes.cast(fmt, ctypes.c_char_p), b"x", release_schema
+        return 0
+
+    def get_next(_, out):
+        if len(given) == 2:
+            out.contents.release = ARRAY_RELEASE()
+            return 0
+        if given:
+            fmt.value = b"l"  # now the format string says int64
+        given.append(1)
+        data = (ctypes.c_int64 * 64)(*range(64))
+        buffers = (ctypes.c_void_p * 2)(None, ctypes.addressof(data))
+        keep.extend([data, buffers])
+        a = out.contents
+        a.length, a.null_count, a.offset, a.n_buffers, a.n_children = 64, 0, 0, 2, 0
+        a.buffers, a.release = buffers, release_array
+        return 0
+
+    callbacks = (GET_SCHEMA(get_schema), GET_NEXT(get_next), LAST_ERROR(lambda _: None))
+    callbacks += (STREAM_RELEASE(lambda _: None),)
+
+    class Changing:
+        def __arrow_c_stream__(self, requested_schema=None):
+            stream = ArrowArrayStream(*callbacks)
+            keep.append(stream)
+            return _capsule_new(ctypes.addressof(stream), b"arrow_array_stream", None)
+
+    with pytest.raises(BufferError, match="chunk 2 is not of its schema's type"):
+        tb.asarray(Changing())
+
+
+def test_an_offset_whose_end_wraps_is_refused_before_its_validity_bits_are_read():
+    # A bitmap, and an offset near 2**63: the bits were read from far beyond it.
+    wrapping = Producer([1, None, 3], null_count=-1)
+    original = wrapping.array
+
+    def far(index, out=None):
+        a = original(index, out)
+        a.offset = 2**63 - 2
+        return a
+
+    wrapping.array = far
+    with pytest.raises(BufferError, match="reach beyond the 64-bit address space"):
+        tb.asarray(wrapping)
