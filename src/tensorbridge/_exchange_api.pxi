@@ -92,8 +92,26 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
         except Exception:
             api = NULL
         if api != NULL:
+            if _export_overridden(tp, name):
+                return NULL
             break
     return api
+
+
+cdef bint _export_overridden(object tp, object table_name) except -1:
+    """Whether a class of tp's MRO defines __dlpack__ or __dlpack_device__ before the
+    one that defines the exchange table: a subclass that exports its own way (a
+    torch.Tensor subclass whose __dlpack__ scales, say), which its inherited table
+    would bypass. Its arrays are read through the protocol, as NumPy reads them."""
+    for cls in getattr(tp, "__mro__", ()):
+        names = getattr(cls, "__dict__", None)
+        if names is None:
+            continue
+        if table_name in names:
+            return False
+        if "__dlpack__" in names or "__dlpack_device__" in names:
+            return True
+    return False
 
 
 # Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
@@ -128,7 +146,7 @@ cdef _ApiSlot* _fill_type_slot(object x, _ApiSlot* slot):
     cdef int flags = 0
     if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
         flags |= TI_PROTOCOL
-    if _is_torch_type(cls):
+    if _is_torch_type(cls) and _torch_exports(cls):
         flags |= TI_TORCH
     # (a WeakSet is asked only once a type was ever put in it: 0.24 µs a question)
     if _stream_marks and cls in _stream_types:

@@ -61,6 +61,17 @@ cdef bint _is_torch_type(object cls):
     return False
 
 
+cdef bint _torch_exports(object cls) except -1:
+    """Whether cls's __dlpack__ is PyTorch's (not a subclass's override, whose
+    export is its own business: no bit view is checked, no table used)."""
+    for base in getattr(cls, "__mro__", ()):
+        names = getattr(base, "__dict__", None)
+        if names is not None and ("__dlpack__" in names or "__dlpack_device__" in names):
+            module = getattr(base, "__module__", "") or ""
+            return isinstance(module, str) and module.split(".")[0] == "torch"
+    return False
+
+
 cdef PyCFunction _noargs_function(object tp, object method):
     """The C function of `method` when it is a C method without arguments of a base
     of tp (torch's is_neg and is_conj), to be called directly; else NULL (a Python

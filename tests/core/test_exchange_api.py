@@ -110,6 +110,33 @@ def test_table_added_to_a_type_later_is_seen():
     assert used == 0
 
 
+@pytest.mark.parametrize("method", ["__dlpack__", "__dlpack_device__"])
+def test_a_subclass_that_exports_its_own_way_is_not_read_through_the_inherited_table(method):
+    # A subclass overriding the protocol exports differently from its base: its
+    # inherited table would bypass the override (issue 33, item 5).
+    base = _table_type()
+
+    def dlpack(self, **kwargs):
+        self.dlpack_calls.append(kwargs)
+        return capsule_of(self.array * 2)[0]
+
+    def device(self):
+        return (1, 0)
+
+    child = type("Overriding", (base,), {method: dlpack if method == "__dlpack__" else device})
+    _, a, t, used = _imported_through_table(child)
+    assert used == 0
+    assert np.asarray(t).tolist() == ((a * 2) if method == "__dlpack__" else a).tolist()
+    # Its own table, defined beside the override, is the subclass's: used.
+    own = type("OwnTable", (child,), {"__dlpack_c_exchange_api__": _testing.exchange_table()})
+    _, _, _, used = _imported_through_table(own)
+    assert used == 1
+    # A subclass that only inherits keeps the base's table.
+    plain = type("Plain", (base,), {})
+    _, _, _, used = _imported_through_table(plain)
+    assert used == 1
+
+
 def test_cuda_data_from_a_table_uses_the_stream_handshake():
     # The table does not synchronise: CUDA data goes through __dlpack__(stream=...),
     # unless the caller asked for no synchronisation (stream=-1).

@@ -411,6 +411,37 @@ def test_ndarray_subclasses_are_read_as_the_planner_reads_them():
     assert tb.explain(x, "numpy").source.endswith("read-only")
 
 
+@needs("torch")
+@pytest.mark.parametrize("target", ["numpy", "torch", "tensorbridge"])
+def test_torch_subclasses_are_read_through_their_own_dlpack(target):
+    # The torch.Tensor they inherit from has an exchange table and torch routes; an
+    # override of __dlpack__ must still be what is read, on every call, as
+    # numpy.from_dlpack and torch.from_dlpack read it (issue 33, item 5).
+    import torch
+
+    class Doubled(torch.Tensor):
+        def __dlpack__(self, **kw):
+            return (self.as_subclass(torch.Tensor) * 2).__dlpack__(**kw)
+
+    class Plain(torch.Tensor):
+        pass
+
+    x = torch.arange(3.0).as_subclass(Doubled)
+    assert np.from_dlpack(x).tolist() == [0.0, 2.0, 4.0]
+    for _ in range(3):  # the planner, then the cached route
+        assert tb.asarray(tb.convert(x, target)).tolist() == [0.0, 2.0, 4.0]
+        assert tb.from_dlpack(x).tolist() == [0.0, 2.0, 4.0]
+        assert tb.asarray(x).tolist() == [0.0, 2.0, 4.0]
+    assert fast(target).route_of(x) == R["PROTOCOL"]
+    # A subclass that overrides nothing is still PyTorch's: returned as it is.
+    y = torch.arange(3.0).as_subclass(Plain)
+    assert tb.convert(y, "torch") is y
+    # An override added later is seen (the type's version tag changes).
+    Plain.__dlpack__ = Doubled.__dlpack__
+    assert tb.convert(y, target) is not y
+    assert tb.asarray(tb.convert(y, target)).tolist() == [0.0, 2.0, 4.0]
+
+
 @needs("array_api_strict", "pyarrow")
 def test_array_api_strict_is_handed_what_needs_no_mark(no_planner):
     import array_api_strict as xp

@@ -481,7 +481,7 @@ class Framework:
             module, _, name = path.rpartition(".")
             tp = getattr(loaded(module), name, None)
             if isinstance(tp, type) and isinstance(obj, tp):
-                return True
+                return not overrides_export(type(obj), tp)
         return False
 
     @classmethod
@@ -493,6 +493,19 @@ class Framework:
     def can_require_grad(cls, obj: Any) -> bool:
         """Whether requires_grad can be set on one of its arrays in place."""
         return cls.autograd
+
+
+def overrides_export(tp: type, base: type) -> bool:
+    """Whether a subclass tp of a framework's array type `base` defines its own
+    __dlpack__ or __dlpack_device__: it exports its own way, so it is a DLPack
+    producer like any other, not one of the framework's arrays (read through its
+    override, never handed over or returned as the framework's own)."""
+    for cls in tp.__mro__:
+        if cls is base:
+            return False
+        if "__dlpack__" in vars(cls) or "__dlpack_device__" in vars(cls):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------
