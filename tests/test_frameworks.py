@@ -183,6 +183,55 @@ def test_pyarrow_chunked_arrays_of_several_chunks_are_joined():
 
 
 @needs("pyarrow")
+@pytest.mark.parametrize(
+    "target", ["numpy", "tensorbridge", pytest.param("torch", marks=needs("torch")), "pyarrow"]
+)
+def test_pyarrow_fixed_size_lists_are_read_as_tensors_alone_or_chunked(target):
+    # Its __dlpack__ refuses lists, and the advice was to cast (which cannot work);
+    # the chunked form was read as a 2-d tensor by asarray but refused by convert
+    # (issue 33, item 8). Both are read through the Arrow C data interface.
+    import pyarrow as pa
+
+    values = pa.array(np.arange(6.0))
+    lists = pa.FixedSizeListArray.from_arrays(values, 2)
+    want = [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    for source in (lists, pa.chunked_array([lists]), lists[1:]):
+        rows = want[3 - len(source) :]
+        assert tb.asarray(source).tolist() == rows
+        plan = tb.explain(source, target)
+        out = tb.convert(source, target)
+        if target == "pyarrow" and isinstance(source, pa.Array):
+            assert out is source  # its own array, returned as it is
+            continue
+        assert tb.asarray(out).tolist() == rows and plan.shape == (len(rows), 2)
+        assert plan.shares_memory  # (torch shares read-only data, and says so)
+        start = values.buffers()[1].address + 8 * 2 * (3 - len(rows))
+        assert tb.from_dlpack(out).data_ptr() == start
+        assert "Arrow C data interface" in " ".join(plan.notes)
+    joined = tb.convert(pa.chunked_array([lists, lists]), target)
+    assert tb.asarray(joined).tolist() == want + want
+    with pytest.raises(BufferError, match="several chunks"):
+        tb.convert(pa.chunked_array([lists, lists]), target, copy=False)
+
+
+@needs("pyarrow")
+def test_nulls_in_fixed_size_lists_get_a_fix_that_works():
+    import pyarrow as pa
+
+    tensor_of = tb.asarray
+    inner = pa.FixedSizeListArray.from_arrays(pa.array([1.0, None, 3.0, 4.0]), 2)
+    outer = pa.array([[[1, 2], [3, 4]], None], pa.list_(pa.list_(pa.int64(), 2), 2))
+    with pytest.raises(BufferError, match=r"lists \(level 1\) hold 1 null") as info:
+        tb.convert(inner, "numpy")
+    assert "from_arrays(array.flatten().fill_null(0), 2)" in str(info.value)
+    fixed = pa.FixedSizeListArray.from_arrays(inner.flatten().fill_null(0), 2)
+    assert tensor_of(fixed).tolist() == [[1.0, 0.0], [3.0, 4.0]]
+    with pytest.raises(BufferError, match=r"\.fill_null\(\[\[0, 0\], \[0, 0\]\]\)"):
+        tb.convert(pa.chunked_array([outer]), "numpy")
+    assert tensor_of(outer.fill_null([[0, 0], [0, 0]])).tolist()[1] == [[0, 0], [0, 0]]
+
+
+@needs("pyarrow")
 def test_a_one_chunk_chunked_array_is_shared_as_explain_says():
     # Every column of a pyarrow.Table is a ChunkedArray, mostly of one chunk: its
     # buffer is shared (combine_chunks() would copy it), also under copy=False.

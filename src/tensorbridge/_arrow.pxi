@@ -217,6 +217,30 @@ cdef int64_t _count_nulls(ArrowArray* a, int64_t start, int64_t n) except -1:
     return nulls
 
 
+cdef str _nulls_error(int64_t nulls, int level, int ndim, const int64_t* inner):
+    """What to do about nulls found at `level` of an array of fixed-size lists (0:
+    the array itself); the fix is one that works at that level."""
+    cdef str many = f"{nulls} null{'s' if nulls != 1 else ''}"
+    if level == 0:
+        return (f"the Arrow array holds {many}, which a tensor cannot hold; fill them first "
+                f"(e.g. .fill_null({_fill_literal(ndim, inner)})), or drop them")
+    return (f"the values inside the Arrow array's lists (level {level}) hold {many}, which "
+            "a tensor cannot hold; fill them first (for lists of numbers, e.g. "
+            "pyarrow.FixedSizeListArray.from_arrays(array.flatten().fill_null(0), "
+            f"{inner[0]})), or drop the lists that hold them")
+
+
+cdef str _fill_literal(int ndim, const int64_t* inner):
+    """The Python value of one element of an array of fixed-size lists with every
+    number 0: 0, [0, 0], [[0, 0], [0, 0]] (a short form beyond 4 numbers)."""
+    cdef str text = "0"
+    cdef int i
+    for i in range(ndim - 2, -1, -1):
+        text = f"[{', '.join([text] * <Py_ssize_t>inner[i])}]" if inner[i] <= 4 and \
+            len(text) < 40 else f"[{text}] * {inner[i]}"
+    return text
+
+
 cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
                           bint* copied):
     """A tensor of one Arrow array (rows first, then its fixed-size list extents):
@@ -241,9 +265,7 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
     for level in range(ndim):
         nulls = _count_nulls(a, start, count)
         if nulls:
-            raise BufferError(
-                f"the Arrow array holds {nulls} null{'s' if nulls != 1 else ''}, which a "
-                "tensor cannot hold; fill them first (e.g. .fill_null(0)), or drop them")
+            raise BufferError(_nulls_error(nulls, level, ndim, inner))
         if level == ndim - 1:
             break
         if a.n_children != 1 or a.children == NULL or a.children[0] == NULL:

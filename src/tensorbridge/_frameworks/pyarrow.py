@@ -64,6 +64,11 @@ class PyarrowFramework(Framework):
             "1-d strided data is copied; negative strides are copied",
         ),
         (
+            "pyarrow's __dlpack__ refuses fixed-size lists (and says to make a Tensor)",
+            "asarray and convert read them as n-d tensors through the Arrow C data "
+            "interface, shared",
+        ),
+        (
             "pyarrow.ChunkedArray has no DLPack export",
             "convert reads a single chunk as it is and joins several (a copy)",
         ),
@@ -94,6 +99,8 @@ class PyarrowFramework(Framework):
         if str(getattr(obj, "type", "")) == "bool":
             must_copy("Arrow booleans are bit-packed; they are unpacked (a copy)")
             obj = obj.to_numpy(zero_copy_only=False)
+        elif _is_fixed_size_list(obj):
+            obj = _read_lists(obj, must_copy, notes)
         return obj
 
     @classmethod
@@ -109,10 +116,11 @@ class PyarrowFramework(Framework):
         pa = loaded("pyarrow")
         arrow_type = getattr(obj, "type", None)
         if pa is not None and isinstance(arrow_type, pa.DataType):
+            leaf = arrow_type
+            while pa.types.is_fixed_size_list(leaf):
+                leaf = leaf.value_type  # (read as an n-d tensor: prepare_source)
             numeric = (
-                pa.types.is_boolean(arrow_type)
-                or pa.types.is_integer(arrow_type)
-                or pa.types.is_floating(arrow_type)
+                pa.types.is_boolean(leaf) or pa.types.is_integer(leaf) or pa.types.is_floating(leaf)
             )
             if not numeric:
                 return (
@@ -129,7 +137,8 @@ class PyarrowFramework(Framework):
 
     @classmethod
     def reads_in_c(cls, tp: type) -> bool:
-        return tp.__name__ not in ("ChunkedArray", "BooleanArray")
+        # (fixed-size lists: read through the Arrow C data interface by the planner)
+        return tp.__name__ not in ("ChunkedArray", "BooleanArray", "FixedSizeListArray")
 
     @classmethod
     def importer(cls) -> Any:
@@ -177,3 +186,31 @@ class PyarrowFramework(Framework):
             return "bool"
         name = str(arrow_type)
         return {"halffloat": "float16", "float": "float32", "double": "float64"}.get(name, name)
+
+
+def _is_fixed_size_list(obj: Any) -> bool:
+    pa = loaded("pyarrow")
+    arrow_type = getattr(obj, "type", None)
+    return (
+        pa is not None
+        and isinstance(arrow_type, pa.DataType)
+        and pa.types.is_fixed_size_list(arrow_type)
+        and isinstance(obj, pa.Array)
+    )
+
+
+def _read_lists(obj: Any, must_copy: Callable[[str], None], notes: list[str]) -> Tensor:
+    """A FixedSizeListArray as the n-d tensor its Arrow C data interface describes
+    (pyarrow's __dlpack__ refuses it): shared, but for bit-packed booleans."""
+    from tensorbridge._creation import from_arrow  # (not at import: a cycle)
+
+    read = from_arrow(obj, None)
+    assert read is not None  # (only a struct array reads as None)
+    tensor, why = read
+    if why is not None:
+        must_copy(why)
+    notes.append(
+        f"a pyarrow {obj.type} array is read as a {tensor.ndim}-d tensor through the Arrow C "
+        "data interface (its __dlpack__ refuses lists)"
+    )
+    return tensor
