@@ -649,6 +649,54 @@ def test_inspect_has_the_usual_names_of_data_libraries():
     assert unknown.returncode == 2 and "NameError" in unknown.stderr
 
 
+_ODD_EXPORTS = """
+import ctypes
+
+_new = ctypes.pythonapi.PyCapsule_New
+_new.restype = ctypes.py_object
+_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class Exports:
+    def __init__(self, make):
+        self.make = make
+
+    def __dlpack__(self, **kwargs):
+        return self.make()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+not_a_capsule = Exports(lambda: 42)
+wrong_name = Exports(lambda: _new(1, b"foo", None))
+no_name = Exports(lambda: _new(1, None, None))
+"""
+
+
+@pytest.mark.parametrize(
+    ("expr", "says"),
+    [
+        ("odd.not_a_capsule", "gives builtins.int, not a DLPack capsule"),
+        ("odd.wrong_name", "capsule:      foo  (not a DLPack capsule's name"),
+        ("odd.no_name", "not a DLPack capsule (the capsule has no name)"),
+        ("odd.wrong_name.__dlpack__()", "foo  (not a DLPack capsule's name"),
+        # A class made by type() in EXPR has no __module__ (the namespace has no __name__).
+        ("type('Made', (odd.Exports,), {})(lambda: 42)", "type:         Made"),
+    ],
+)
+def test_inspect_says_what_is_wrong_with_an_export_without_a_traceback(
+    tmp_path, monkeypatch, capsys, expr, says
+):
+    (tmp_path / "odd.py").write_text(_ODD_EXPORTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tensorbridge._cli import inspect
+
+    assert inspect.run(expr) == 1
+    out = capsys.readouterr().out
+    assert says in out and "Traceback" not in out
+
+
 def test_inspect_imports_only_what_the_expression_names():
     code = textwrap.dedent(
         """

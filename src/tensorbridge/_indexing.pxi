@@ -99,6 +99,10 @@ cdef int _slice_dim(Tensor t, int d, object key, Py_ssize_t* start, int64_t* len
     if tb_mul_overflow(t._strides[d], step, stride) or \
             stride[0] > BYTE_LIMIT // <int64_t>_itemsize(t._dtype) or \
             stride[0] < -(BYTE_LIMIT // <int64_t>_itemsize(t._dtype)):
+        if length[0] <= 1:
+            # One element or none: the step is never taken (NumPy takes any step).
+            stride[0] = t._strides[d]
+            return 0
         raise IndexError(f"slice step {step} is too large for dimension {d}")
     return 0
 

@@ -148,6 +148,23 @@ cdef Tensor _reshape_view(Tensor t, int newnd, const int64_t* newdims):
     return v
 
 
+cdef Tensor _view_empty_dtype(Tensor t, Tensor v, int64_t old_item, int64_t new_item):
+    """_view_dtype of a tensor without elements: only the last dimension's bytes must
+    divide (as NumPy asks); its strides address nothing, so they become C strides
+    (they may not be whole numbers of the new itemsize)."""
+    cdef int last = t._ndim - 1
+    cdef int64_t row_bytes = t._shape[last] * old_item
+    if row_bytes % new_item:
+        raise ValueError(
+            f"view(): the last dimension holds {row_bytes} bytes, not a multiple of the "
+            f"new itemsize {new_item}")
+    v._shape[last] = row_bytes // new_item
+    _c_strides(t._ndim, v._shape, v._strides)
+    v._shape_tuple = None
+    v._strides_tuple = None
+    return v
+
+
 cdef Tensor _view_dtype(Tensor t, object dtype):
     cdef DLDataType dt = _dl_dtype(dtype)
     cdef int64_t old_item = _itemsize(t._dtype), new_item = _itemsize(dt)
@@ -167,6 +184,8 @@ cdef Tensor _view_dtype(Tensor t, object dtype):
         raise ValueError(
             f"view(): a 0-d tensor cannot change itemsize ({old_item} -> {new_item} bytes)")
     cdef int last = t._ndim - 1, i
+    if t._size() == 0:
+        return _view_empty_dtype(t, v, old_item, new_item)
     if t._shape[last] != 1 and t._strides[last] != 1:
         raise ValueError(
             f"view(): the last dimension must be contiguous to change itemsize; "

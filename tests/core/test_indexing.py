@@ -49,6 +49,33 @@ def test_basic_indexing_is_a_view_like_numpy(key):
         assert v.strides == tuple(s // 4 for s in expected.strides)
 
 
+@pytest.mark.parametrize("length", [0, 1, 6])
+@pytest.mark.parametrize("step", [2**62, 2**63 - 1, -(2**63) + 1, 2**70, -(2**70)])
+def test_huge_slice_steps_take_one_element_or_none_as_numpy(length, step):
+    # A step past the dimension's end is never taken: NumPy answers; these were
+    # refused as "too large" (issue 33, item 9).
+    a = np.arange(float(length))
+    t = tb.asarray(a)
+    assert t[::step].tolist() == a[::step].tolist()
+    assert t[1::step].tolist() == a[1::step].tolist()
+    t[::step] = -1.0
+    a[::step] = -1.0
+    assert t.tolist() == a.tolist()
+
+
+def test_an_index_past_int64_is_refused_as_by_numpy():
+    # NumPy 2.4 raises OverflowError for a uint64 beyond int64 and IndexError for a
+    # Python int beyond it: so does tensorbridge (never a crash or a wrapped index).
+    a = np.arange(6.0)
+    t = tb.asarray(a)
+    for key in (np.uint64(2**64 - 1), 2**64, -(2**64)):
+        with pytest.raises(Exception) as ours:
+            t[key]
+        with pytest.raises(Exception) as theirs:
+            a[key]
+        assert issubclass(ours.type, theirs.type), (key, ours.type, theirs.type)
+
+
 def test_views_write_through():
     a, t = grid()
     t[1][2][::-2][0] = -7

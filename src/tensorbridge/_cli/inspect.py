@@ -143,11 +143,12 @@ def _run(expr: str, progress: Progress) -> int:
     progress.clear()
     tp = type(obj)
     print(f"{expr}")
-    print(f"  type:         {tp.__module__}.{tp.__qualname__}")
+    print(f"  type:         {_type_name(tp)}")
     if is_capsule(obj):
-        for line in describe_capsule(inspect_capsule(obj)):
+        lines, ok = _capsule_lines(obj)
+        for line in lines:
             print(line)
-        return 0
+        return 0 if ok else 1
     if not hasattr(tp, "__dlpack__"):
         print("  no DLPack export (__dlpack__ is missing)")
         return 1
@@ -166,6 +167,7 @@ def _run(expr: str, progress: Progress) -> int:
     if refusal is not None:
         print(f"  __dlpack__(): not asked: {refusal}")
         return 1
+    status = 0
     for label, kwargs in (("max_version=(1, 3)", {"max_version": (1, 3)}), ("legacy ()", {})):
         print(f"  __dlpack__({label}):")
         try:
@@ -180,7 +182,37 @@ def _run(expr: str, progress: Progress) -> int:
                 f"    fails: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             )
             continue
-        for line in describe_capsule(inspect_capsule(capsule)):
+        if not is_capsule(capsule):
+            print(f"    gives {_type_name(type(capsule))}, not a DLPack capsule")
+            status = 1
+            continue
+        lines, ok = _capsule_lines(capsule)
+        for line in lines:
             print("  " + line)
+        status = status if ok else 1
         del capsule  # unconsumed: its destructor gives the tensor back to the producer
-    return 0
+    return status
+
+
+_DLPACK_NAMES = ("dltensor", "dltensor_versioned", "used_dltensor", "used_dltensor_versioned")
+
+
+def _capsule_lines(capsule: Any) -> tuple[list[str], bool]:
+    """describe_capsule's lines, and whether it is a DLPack capsule at all."""
+    try:
+        info = inspect_capsule(capsule)
+    except (TypeError, ValueError) as exc:  # (no name)
+        return [f"  capsule:      not a DLPack capsule ({exc})"], False
+    lines = describe_capsule(info)
+    if info["name"] not in _DLPACK_NAMES:
+        lines[0] += "  (not a DLPack capsule's name: no consumer takes it)"
+        return lines, False
+    return lines, True
+
+
+def _type_name(tp: type) -> str:
+    """module.qualname, or the qualname alone for a class without a module (one made
+    by type() in EXPR, whose namespace has no __name__)."""
+    module = getattr(tp, "__module__", None)
+    qualname = getattr(tp, "__qualname__", None) or getattr(tp, "__name__", "?")
+    return f"{module}.{qualname}" if isinstance(module, str) else str(qualname)
