@@ -11,7 +11,7 @@
 # joined into new memory.
 
 cimport cython
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uintptr_t, UINTPTR_MAX
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset, strcmp, strncmp, strlen
 
@@ -297,9 +297,13 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
         raise BufferError("the Arrow array's values buffer is NULL")
     # The elements [start, start + count) must be addressable: their byte range (bits,
     # for booleans) within the 64-bit address space.
+    # Within 2**62 bytes of the buffer's start, as DLPack's byte_offset is, and not
+    # wrapping the address space.
     if tb_add_overflow(start, count, &end) or (dt.code != kDLBool and (
             tb_mul_overflow(start, <int64_t>_itemsize(dt), &first_byte)
-            or tb_mul_overflow(end, <int64_t>_itemsize(dt), &end_byte))):
+            or tb_mul_overflow(end, <int64_t>_itemsize(dt), &end_byte))) \
+            or end_byte > BYTE_LIMIT or end > BYTE_LIMIT \
+            or <uintptr_t>values > UINTPTR_MAX - <uintptr_t>end_byte:
         raise BufferError(
             f"the Arrow array's offset {start} and length {count} reach beyond the 64-bit "
             "address space (a malformed array: its producer is at fault)")
@@ -453,7 +457,10 @@ def import_arrow_stream(stream_capsule, bint allow_copy):
                     "rows in all (a malformed stream: its producer is at fault)")
         for i in range(1, ndim):
             shape[i] = inner[i - 1]
-        out = _alloc_tensor(ndim, shape, dt, _cpu_device, 0)
+        try:
+            out = _alloc_tensor(ndim, shape, dt, _cpu_device, 0)
+        except ValueError as exc:   # (the schema's extents: no chunk was read)
+            raise BufferError(f"the Arrow stream's schema describes {exc}") from None
         for t in tensors:
             row_bytes = t._nbytes()
             if row_bytes > out._nbytes() - done:   # (the chunks are the schema's: never)

@@ -9,6 +9,7 @@ from cpython.buffer cimport (
 )
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport strcmp
+from operator import index as _operator_index
 from tensorbridge._dlpack cimport *
 from tensorbridge._cpython cimport *
 from tensorbridge._host cimport *
@@ -125,6 +126,10 @@ def import_buffer(obj, raw_dtype):
         t._set_ndim(view.ndim)
         if view.ndim == 1 and view.shape == NULL:
             t._shape[0] = view.len // item
+        elif view.ndim > 1 and view.shape == NULL:
+            raise BufferError(
+                f"asarray(): the buffer has {view.ndim} dimensions but no shape (a "
+                "malformed exporter)")
         else:
             for i in range(view.ndim):
                 t._shape[i] = view.shape[i]
@@ -143,7 +148,25 @@ def import_buffer(obj, raw_dtype):
     if readonly:
         t._flags |= TB_FLAG_READ_ONLY
     _check_layout(t, "asarray()", "buffer")
+    _check_buffer_extent(t, view, raw)
     return t
+
+
+cdef int _check_buffer_extent(Tensor t, Py_buffer* view, bint raw) except -1:
+    """The exporter's len agrees with its shape and itemsize (PEP 3118: len is their
+    product), and its memory is there: one of them lied otherwise, and the reads
+    would go where the other says. (_check_layout bounded the product; raw bytes
+    take their shape from len.)"""
+    cdef int64_t nbytes = t._size() * view.itemsize if not raw else view.len
+    if view.len != nbytes:
+        raise BufferError(
+            f"asarray(): the buffer says it holds {view.len} bytes, but its shape "
+            f"{t.shape} and itemsize {view.itemsize} say {nbytes} (a malformed exporter)")
+    if view.buf == NULL and nbytes > 0:
+        raise BufferError(
+            f"asarray(): the buffer of {nbytes} bytes has a NULL data pointer (a "
+            "malformed exporter)")
+    return 0
 
 
 def as_bytes_view(Tensor t):
@@ -165,16 +188,26 @@ def reinterpret(Tensor raw, dtype, tuple shape, bint packed):
     if raw._ndim != 1 or raw._dtype.code != kDLUInt or raw._dtype.bits != 8 or \
             (raw._shape[0] > 1 and raw._strides[0] != 1):
         raise ValueError("a tensor can only be rebuilt from contiguous bytes")
+    cdef Py_ssize_t n = len(shape), i
+    if n > TB_MAX_NDIM:
+        raise ValueError(f"invalid shape of {n} dimensions (a tensor has 0 to 64 dimensions)")
+    cdef int64_t extents[TB_MAX_NDIM]
+    for i in range(n):
+        try:
+            extents[i] = _operator_index(shape[i])   # (a float is no extent)
+        except TypeError:
+            raise ValueError(f"invalid shape {shape}: {shape[i]!r} is not an integer") from None
+        except OverflowError:
+            raise ValueError(f"invalid shape {shape}: {shape[i]} is out of range") from None
     cdef Tensor v = _view(raw)
-    cdef int n = len(shape), i
-    v._set_ndim(n)
+    v._set_ndim(<int>n)
     v._dtype = _dl_dtype(dtype)
     if v._dtype.bits < 8 and not packed:
         v._flags |= TB_FLAG_SUBBYTE_PADDED
     else:
         v._flags &= ~TB_FLAG_SUBBYTE_PADDED
     for i in range(n):
-        v._shape[i] = shape[i]
+        v._shape[i] = extents[i]
         v._strides[i] = 1
     try:
         _check_layout(v, "unpickling", "tensor")

@@ -241,7 +241,8 @@ def from_arrow(
         else:
             result = _core.import_arrow_stream(capsules, copy is not False)
     except BufferError as exc:
-        raise BufferError(f"{api}: {name}: {exc}") from None
+        # (the layout check names asarray() itself: said once, as api)
+        raise BufferError(f"{api}: {name}: {str(exc).removeprefix('asarray(): ')}") from None
     except ValueError as exc:
         if str(exc).startswith("copy=False"):  # (several chunks: joining is a copy)
             raise ValueError(f"{api}: {name}: {exc}") from None

@@ -146,8 +146,12 @@ def cached_device(device_type: int, index: int) -> Device:
     return device
 
 
-# The name pickles refer to, since 0.1.0: kept, so pickles read in either version.
-_make = cached_device
+def _make(device_type: Any, index: Any) -> Device:
+    """A Device from a pickle (the name pickles refer to, since 0.1.0): checked as
+    Device() checks it, since a pickle says anything (cpu:-5 was made, and sent to
+    producers as dl_device)."""
+    what = (device_type, index)
+    return cached_device(_check_type(device_type, what), _check_index(index, what))
 
 
 def _check_index(index: Any, what: object) -> int:

@@ -290,6 +290,7 @@ cdef Tensor _from_exchange_api(object x, const DLPackExchangeAPI* api, object st
         # tensor holds x's own TensorImpl (the same lifetime) and carries no flags,
         # which a bare DLTensor could not say (sub-byte types, whose padding is a
         # flag, take the managed way).
+        memset(&view, 0, sizeof(view))   # (a table that says 0 and fills nothing)
         if api.dltensor_from_py_object_no_sync(<void*>x, &view) != 0:
             _clear_refusal()
             return None

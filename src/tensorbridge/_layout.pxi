@@ -102,7 +102,7 @@ cdef Tensor _reshape_view(Tensor t, int newnd, const int64_t* newdims):
     cdef int64_t olddims[TB_MAX_NDIM]
     cdef int64_t oldstrides[TB_MAX_NDIM]
     cdef int64_t newstrides[TB_MAX_NDIM]
-    cdef int64_t np_, op
+    cdef int64_t np_, op, merged, limit = BYTE_LIMIT // <int64_t>_itemsize(t._dtype)
     cdef int ni, nj, oi, oj, ok, nk
     if t._size() == 0:
         # Any strides describe an empty tensor: use C order.
@@ -128,11 +128,19 @@ cdef Tensor _reshape_view(Tensor t, int newnd, const int64_t* newdims):
                     op *= olddims[oj]
                     oj += 1
             for ok in range(oi, oj - 1):
-                if oldstrides[ok] != olddims[ok + 1] * oldstrides[ok + 1]:
+                # (an extent times a stride may reach 2**63 at the layout's bound:
+                # such dimensions cannot be merged)
+                if tb_mul_overflow(olddims[ok + 1], oldstrides[ok + 1], &merged) or \
+                        oldstrides[ok] != merged:
                     return None
             newstrides[nj - 1] = oldstrides[oj - 1]
             for nk in range(nj - 1, ni, -1):
-                newstrides[nk - 1] = newstrides[nk] * newdims[nk]
+                if tb_mul_overflow(newstrides[nk], newdims[nk], &newstrides[nk - 1]) \
+                        or newstrides[nk - 1] > limit or newstrides[nk - 1] < -limit:
+                    # Only for an extent of 1 (any other's stride times its extent
+                    # less one is within the layout's bound), which any stride
+                    # serves: its neighbour's, so views keep _check_layout's rule.
+                    newstrides[nk - 1] = newstrides[nk]
             ni = nj
             nj += 1
             oi = oj

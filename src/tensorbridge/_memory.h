@@ -14,6 +14,11 @@
 #include <sys/mman.h>
 #endif
 
+/* Sizes are int64 and 2**62 bytes is the bound on any extent (BYTE_LIMIT): size_t and
+ * pointers must hold that, or a cast to size_t would truncate an allocation that is
+ * then filled in full. 32-bit platforms are refused at build time. */
+typedef char tb_needs_64_bit_size_t[sizeof(size_t) == 8 && sizeof(void *) == 8 ? 1 : -1];
+
 /* Memory for tensors: 64-byte aligned (what XLA and TensorFlow ask for); large
  * blocks (below) 2 MiB aligned and, where the kernel supports it, backed by
  * transparent huge pages. Free with tb_free(). Returns NULL when out of memory.
@@ -182,9 +187,13 @@ static void tb_copy_to_contiguous(char *dst, const char *src, int ndim, const in
     }
     int d = ndim - 2;
     for (; d >= 0; --d) {
-      src += byte_strides[d];
-      if (++index[d] < shape[d]) break;
-      src -= byte_strides[d] * shape[d];
+      if (++index[d] < shape[d]) {
+        src += byte_strides[d];
+        break;
+      }
+      /* (back to the start: stride * (extent - 1) is within the layout's bound,
+       * stride * extent may not be) */
+      src -= byte_strides[d] * (shape[d] - 1);
       index[d] = 0;
     }
     if (d < 0) return;
@@ -231,9 +240,11 @@ static size_t tb_read(tb_reader *r, char *out, size_t max) {
       r->inner = 0;
       int d = last - 1;
       for (; d >= 0; --d) {
-        r->row += r->strides[d];
-        if (++r->index[d] < r->shape[d]) break;
-        r->row -= r->strides[d] * r->shape[d];
+        if (++r->index[d] < r->shape[d]) {
+          r->row += r->strides[d];
+          break;
+        }
+        r->row -= r->strides[d] * (r->shape[d] - 1);
         r->index[d] = 0;
       }
       if (d < 0) r->row = NULL; /* done */

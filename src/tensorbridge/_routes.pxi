@@ -962,6 +962,7 @@ cdef class FastTarget:
             slot = _type_slot(obj)
             if slot.api == NULL or slot.api.dltensor_from_py_object_no_sync == NULL:
                 return -1
+            view.dtype.lanes = 0   # (a table that says 0 and fills nothing: refused)
             if slot.api.dltensor_from_py_object_no_sync(<void*>obj, &view) != 0:
                 _clear_refusal()
                 return -1

@@ -527,6 +527,9 @@ cdef class Tensor:
         for i in range(self._ndim):
             dims[i] = self._shape[i]
             dims[self._ndim + i] = self._strides[i] * <Py_ssize_t>item
+        if self._data == NULL and self._nbytes() > 0:
+            PyMem_Free(dims)
+            raise BufferError("the tensor's data pointer is NULL")   # (never made so)
         view.buf = self._ptr() if self._data != NULL else <void*>&_empty_byte
         view.obj = self
         view.len = self._nbytes()

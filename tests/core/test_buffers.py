@@ -6,12 +6,14 @@ gives."""
 from __future__ import annotations
 
 import array
+import ctypes
 import gc
 import mmap
 import re
 
 import numpy as np
 import pytest
+from buffer_ctypes import CraftedBuffer
 
 import tensorbridge as tb
 from tensorbridge import _core
@@ -205,3 +207,38 @@ def test_asarray_refuses_numpy_dtypes_without_dlpack_equivalent_saying_so():
             tb.asarray(refused)
     swapped = np.arange(4, dtype=">f4" if np.little_endian else "<f4")
     assert tb.asarray(swapped).tolist() == [0.0, 1.0, 2.0, 3.0]  # a native-order copy
+
+
+# -- malformed exporters: what a C exporter may put in a Py_buffer ----------------------
+
+
+_MEMORY = ctypes.create_string_buffer(64)
+_ADDRESS = ctypes.addressof(_MEMORY)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # ndim 2 and no shape: the shape was read from address 0 (a SIGSEGV)
+        (dict(ndim=2, shape=None, len=16, itemsize=4, format=b"i"), "2 dimensions but no shape"),
+        # no data and 16 bytes: copy() read from NULL (a SIGSEGV); np.asarray read 16
+        # bytes of tensorbridge's static memory
+        (dict(buf=None, shape=[4], len=16, itemsize=4, format=b"i"), "NULL data pointer"),
+        # a shape of 1000 ints over a len of 4 bytes: read per the shape
+        (dict(shape=[1000], len=4, itemsize=4, format=b"i"), "holds 4 bytes, but its shape"),
+        (dict(shape=[2, 2], strides=[8, 4], len=20, itemsize=4, format=b"i"), "itemsize 4 say 16"),
+    ],
+)
+def test_a_malformed_exporter_is_refused(fields, message):
+    fields.setdefault("buf", _ADDRESS)
+    with pytest.raises(BufferError, match=message):
+        tb.asarray(CraftedBuffer(**fields))
+
+
+def test_an_honest_crafted_exporter_is_read():
+    # (the same exporter, telling the truth: what the refusals above are measured against)
+    ctypes.memmove(_ADDRESS, (ctypes.c_int32 * 4)(1, 2, 3, 4), 16)
+    t = tb.asarray(CraftedBuffer(buf=_ADDRESS, shape=[2, 2], len=16, itemsize=4, format=b"i"))
+    assert t.tolist() == [[1, 2], [3, 4]] and t.data_ptr() == _ADDRESS
+    empty = tb.asarray(CraftedBuffer(buf=None, shape=[0], len=0, itemsize=4, format=b"i"))
+    assert empty.shape == (0,) and np.asarray(empty).size == 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from producers import fake_device_producer
+from producers import capsule_of, fake_device_producer
 
 import tensorbridge as tb
 
@@ -136,6 +136,21 @@ def test_view_dtype_of_empty_tensors_as_numpy(shape, source, target):
     got = tb.asarray(a).view(target)
     assert got.shape == want.shape and got.dtype == target and got.size == 0
     assert np.asarray(got).shape == want.shape
+
+
+@pytest.mark.parametrize(("bits", "stride"), [(8, 2**62), (16, 2**61)])
+def test_reshape_at_the_layout_bound_keeps_strides_in_range(bits, stride):
+    # Two elements 2**62 bytes apart pass the layout check; reshape(1, 2) gave the
+    # extent-1 dimension stride * 2: -2**63 (signed overflow), or 2**62 elements that
+    # memoryview and __array_interface__ turned into -2**63 bytes.
+    buf = np.zeros(16, np.int8)
+    capsule, _ = capsule_of(buf, shape=(2,), strides=(stride,), dtype=(0, bits, 1))
+    v = tb.from_dlpack(capsule).reshape(1, 2)
+    assert v.shape == (1, 2) and v.strides[1] == stride
+    for element_stride in v.strides:
+        assert 0 < element_stride * (bits // 8) <= 2**62
+    assert memoryview(v).strides[1] == stride * (bits // 8)
+    assert all(s > 0 for s in v.__array_interface__["strides"])
 
 
 def test_view_dtype_errors():
