@@ -153,6 +153,8 @@ def test_pickles_say_only_integers_and_real_devices():
         _rebuild(b"\0" * 4, (4.9,), "uint8", False)
     with pytest.raises(ValueError, match="out of range"):
         _rebuild(b"\0" * 4, (2**63,), "uint8", False)
+    with pytest.raises(ValueError, match="True is not an extent"):
+        _rebuild(b"\0" * 4, (True, 4), "uint8", False)
     assert _rebuild(b"\0" * 4, (np.int64(2), 2), "uint8", False).shape == (2, 2)
     with pytest.raises(ValueError, match="device index must be in"):
         _make(1, -5)

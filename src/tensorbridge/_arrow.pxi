@@ -256,8 +256,8 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
         raise BufferError(
             f"the Arrow array has length {a.length} and offset {a.offset}; both must be >= 0")
     shape[0] = a.length
-    cdef int64_t start = a.offset, count = a.length, nulls, end, limit, end_byte
-    cdef int64_t first_byte = 0
+    cdef int64_t start = a.offset, count = a.length, nulls, end, limit
+    cdef int64_t first_byte = 0, end_byte = 0
     if tb_add_overflow(start, count, &end):   # (before the validity bits are read)
         raise BufferError(
             f"the Arrow array's offset {start} and length {count} reach beyond the 64-bit "
@@ -295,14 +295,17 @@ cdef Tensor _arrow_tensor(ArrowSchema* schema, ArrowArray* array, object owner,
     cdef const uint8_t* values = <const uint8_t*>a.buffers[1]
     if values == NULL and count > 0:
         raise BufferError("the Arrow array's values buffer is NULL")
-    # The elements [start, start + count) must be addressable: their byte range (bits,
-    # for booleans) within the 64-bit address space.
-    # Within 2**62 bytes of the buffer's start, as DLPack's byte_offset is, and not
-    # wrapping the address space.
-    if tb_add_overflow(start, count, &end) or (dt.code != kDLBool and (
-            tb_mul_overflow(start, <int64_t>_itemsize(dt), &first_byte)
-            or tb_mul_overflow(end, <int64_t>_itemsize(dt), &end_byte))) \
-            or end_byte > BYTE_LIMIT or end > BYTE_LIMIT \
+    # The elements [start, start + count) must be addressable: their bytes (bits, for
+    # booleans) within 2**62 bytes of the buffer's start, as DLPack's byte_offset is,
+    # and not wrapping the address space.
+    if tb_add_overflow(start, count, &end) or end > BYTE_LIMIT:
+        end_byte = -1
+    elif dt.code == kDLBool:
+        end_byte = (end + 7) >> 3
+    elif tb_mul_overflow(start, <int64_t>_itemsize(dt), &first_byte) \
+            or tb_mul_overflow(end, <int64_t>_itemsize(dt), &end_byte):
+        end_byte = -1
+    if end_byte < 0 or end_byte > BYTE_LIMIT \
             or <uintptr_t>values > UINTPTR_MAX - <uintptr_t>end_byte:
         raise BufferError(
             f"the Arrow array's offset {start} and length {count} reach beyond the 64-bit "

@@ -193,6 +193,8 @@ def reinterpret(Tensor raw, dtype, tuple shape, bint packed):
         raise ValueError(f"invalid shape of {n} dimensions (a tensor has 0 to 64 dimensions)")
     cdef int64_t extents[TB_MAX_NDIM]
     for i in range(n):
+        if type(shape[i]) is bool:   # (NumPy refuses it too)
+            raise ValueError(f"invalid shape {shape}: {shape[i]!r} is not an extent")
         try:
             extents[i] = _operator_index(shape[i])   # (a float is no extent)
         except TypeError:

@@ -99,19 +99,16 @@ cdef const DLPackExchangeAPI* _exchange_api_lookup(object tp):
 
 
 cdef bint _export_overridden(object tp, object table_name) except -1:
-    """Whether a class of tp's MRO defines __dlpack__ or __dlpack_device__ before the
-    one that defines the exchange table: a subclass that exports its own way (a
-    torch.Tensor subclass whose __dlpack__ scales, say), which its inherited table
-    would bypass. Its arrays are read through the protocol, as NumPy reads them."""
+    """Whether tp's __dlpack__ or __dlpack_device__ is not that of the class that
+    defines the exchange table: a subclass that exports its own way (a torch.Tensor
+    subclass whose __dlpack__ scales, say), which its inherited table would bypass.
+    Its arrays are read through the protocol, as NumPy reads them."""
     for cls in getattr(tp, "__mro__", ()):
         names = getattr(cls, "__dict__", None)
-        if names is None:
-            continue
-        if table_name in names:
-            return False
-        if "__dlpack__" in names or "__dlpack_device__" in names:
-            return True
+        if names is not None and table_name in names:
+            return not _same_export(tp, cls)
     return False
+
 
 
 # Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.

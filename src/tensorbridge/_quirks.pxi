@@ -61,14 +61,23 @@ cdef bint _is_torch_type(object cls):
     return False
 
 
+cdef bint _same_export(object tp, object owner) except -1:
+    """tp exports as owner does: the same __dlpack__ and __dlpack_device__ objects
+    (a subclass that sets them to its base's own functions overrides nothing)."""
+    return getattr(tp, "__dlpack__", None) is getattr(owner, "__dlpack__", None) and \
+        getattr(tp, "__dlpack_device__", None) is getattr(owner, "__dlpack_device__", None)
+
+
 cdef bint _torch_exports(object cls) except -1:
-    """Whether cls's __dlpack__ is PyTorch's (not a subclass's override, whose
-    export is its own business: no bit view is checked, no table used)."""
+    """Whether cls exports as PyTorch's own tensor class does (not through a
+    subclass's override, whose export is its own business: no bit view is checked,
+    no table used)."""
     for base in getattr(cls, "__mro__", ()):
         names = getattr(base, "__dict__", None)
-        if names is not None and ("__dlpack__" in names or "__dlpack_device__" in names):
-            module = getattr(base, "__module__", "") or ""
-            return isinstance(module, str) and module.split(".")[0] == "torch"
+        module = getattr(base, "__module__", "") or ""
+        if names is not None and "__dlpack__" in names and isinstance(module, str) \
+                and module.split(".")[0] == "torch":
+            return _same_export(cls, base)
     return False
 
 

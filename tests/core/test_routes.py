@@ -436,6 +436,10 @@ def test_torch_subclasses_are_read_through_their_own_dlpack(target):
     # A subclass that overrides nothing is still PyTorch's: returned as it is.
     y = torch.arange(3.0).as_subclass(Plain)
     assert tb.convert(y, "torch") is y
+    # One that sets PyTorch's own functions overrides nothing.
+    Same = type("Same", (torch.Tensor,), {"__dlpack__": torch.Tensor.__dlpack__})
+    z = torch.arange(3.0).as_subclass(Same)
+    assert tb.convert(z, "torch") is z and tb.from_dlpack(z).tolist() == [0.0, 1.0, 2.0]
     # An override added later is seen (the type's version tag changes).
     Plain.__dlpack__ = Doubled.__dlpack__
     assert tb.convert(y, target) is not y

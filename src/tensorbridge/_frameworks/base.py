@@ -496,16 +496,15 @@ class Framework:
 
 
 def overrides_export(tp: type, base: type) -> bool:
-    """Whether a subclass tp of a framework's array type `base` defines its own
-    __dlpack__ or __dlpack_device__: it exports its own way, so it is a DLPack
-    producer like any other, not one of the framework's arrays (read through its
-    override, never handed over or returned as the framework's own)."""
-    for cls in tp.__mro__:
-        if cls is base:
-            return False
-        if "__dlpack__" in vars(cls) or "__dlpack_device__" in vars(cls):
-            return True
-    return False
+    """Whether a subclass tp of a framework's array type `base` has a __dlpack__ or
+    __dlpack_device__ of its own (not the same objects as base's): it exports its own
+    way, so it is a DLPack producer like any other, not one of the framework's arrays
+    (read through its override, never handed over or returned as the framework's
+    own)."""
+    return tp is not base and any(
+        getattr(tp, name, None) is not getattr(base, name, None)
+        for name in ("__dlpack__", "__dlpack_device__")
+    )
 
 
 # --------------------------------------------------------------------------
