@@ -110,7 +110,6 @@ cdef bint _export_overridden(object tp, object table_name) except -1:
     return False
 
 
-
 # Producer types that have exported CUDA/ROCm memory: asked __dlpack_device__ first.
 # Weak: a type that dies leaves (producers made anew on every call grew these sets
 # without bound); the per-type slots above hold no reference either.
