@@ -14,8 +14,9 @@ Probes that can crash the process run in child processes when the callable can b
 imported there by name (``module:qualname``; a string of that form is accepted too):
 a crash or a hang (``timeout`` seconds per probe) is a failed check, not the end of
 the run. Each child runs in a session of its own and is killed with every process the
-library started in it when it ends, hangs or the check is interrupted. This module
-needs NumPy; ``import tensorbridge`` does not import it.
+library started in it (on Linux, even those that left its session) when it ends, hangs
+or the check is interrupted. This module needs NumPy; ``import tensorbridge`` does not
+import it.
 """
 
 from __future__ import annotations
