@@ -522,3 +522,27 @@ def _kill_and_reap(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def test_lone_surrogates_from_a_child_are_escaped_not_printed():
+    # JSON's "\ud800" (or an undecodable path through os.fsdecode) was kept, and
+    # printing the report raised UnicodeEncodeError in the parent.
+    run = _ChildRun(frozenset({(0, "p")}))
+    for line in [*_RAN[:3], _BIG % "bad \\ud800 path"]:
+        run.take(line.encode())
+    assert run.garbled is None
+    detail = run.results[0][1].detail
+    assert detail == "bad \\ud800 path"
+    detail.encode("utf-8")  # printable
+
+
+def test_without_os_waitid_children_are_still_run_and_reaped(monkeypatch):
+    # macOS before Python 3.13 has no os.waitid: the child's end is seen by
+    # Popen.poll (which reaps it) and nothing is left to sweep.
+    from tensorbridge.testing import _isolate
+
+    monkeypatch.setattr(_isolate, "_PEEKS", False)
+    report = tbt.check_producer(s.exits_badly)
+    assert report["producer.clean_exit"].status == "fail", str(report)
+    assert "exit status 3" in report["producer.clean_exit"].detail
+    assert not _isolate._LIVE

@@ -361,7 +361,14 @@ def _result(fields: Any) -> CheckResult:
         fields["status"] in STATUSES,
         f"holds a result of no known status ({fields['status'][:80]!r})",
     )
-    return CheckResult(**fields)
+    printable = {name: _printable(value) for name, value in fields.items()}
+    return CheckResult(**printable)  # type: ignore[arg-type]  # (the status: checked)
+
+
+def _printable(text: str) -> str:
+    """text with lone surrogates (JSON's "\\ud800", an undecodable path through
+    os.fsdecode) escaped: printing them raised UnicodeEncodeError in the parent."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass
@@ -453,7 +460,7 @@ class _ChildRun:
         elif kind == "unbuilt":
             _expect(self._group(value) == self.building, "names a target not being built")
             _expect(isinstance(message.get("detail"), str), "gives no detail (a string)")
-            self.unbuilt[value] = message["detail"]
+            self.unbuilt[value] = _printable(message["detail"])
         elif kind == "start":
             key = self._probe(value)
             _expect(
@@ -519,6 +526,8 @@ class _ChildRun:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child and every process still in its process group; reap none. The
     caller makes sure the child is not reaped yet (no other process has its ids)."""
+    if proc.returncode is not None:  # reaped (without os.waitid): its ids are free
+        return
     if hasattr(os, "killpg"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -555,13 +564,34 @@ def _ended(pid: int, deadline: float | None) -> bool:
     return True
 
 
+def _child_status(proc: subprocess.Popen[bytes]) -> int | None:
+    """`_status` of the child; where os.waitid is missing (macOS before Python
+    3.13), Popen.poll, which reaps it (no orphans are adopted there to sweep)."""
+    return _status(proc.pid) if _PEEKS else proc.poll()
+
+
+def _child_ended(proc: subprocess.Popen[bytes], deadline: float | None) -> bool:
+    """`_ended` of the child (Popen.wait, which reaps, without os.waitid)."""
+    if _PEEKS:
+        return _ended(proc.pid, deadline)
+    try:
+        proc.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+#: Whether a child's end can be seen without reaping it (os.waitid with WNOWAIT).
+_PEEKS = hasattr(os, "waitid") and hasattr(os, "WNOWAIT")
+
+
 def _end_child(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child, its process group and what its run left (`_sweep`), then reap
     it: the child last, out of `_LIVE` first (so `cancel_all` signals no other
     process that has its id)."""
     try:
         _kill_group(proc)
-        _ended(proc.pid, None)
+        _child_ended(proc, None)
         _sweep(proc, _LIVE[proc], None)
     finally:
         with _LIVE_LOCK:
@@ -790,7 +820,7 @@ def _watch(
             deadline = time.monotonic() + timeout
 
     while run.garbled is None:
-        code = _status(proc.pid)
+        code = _child_status(proc)
         if code is not None:
             # What it wrote before it ended is in the pipes; a helper of the library
             # may go on writing, so the drain is bounded.
@@ -807,7 +837,7 @@ def _watch(
         if left <= 0:
             break  # hung
         if not reading and not pending:  # both pipes ended: the child is exiting
-            _ended(proc.pid, time.monotonic() + min(left, _POLL_SECONDS))
+            _child_ended(proc, time.monotonic() + min(left, _POLL_SECONDS))
             continue
         for fd, _ in poller.poll(min(left, _POLL_SECONDS) * 1000):
             if fd == stdin:
