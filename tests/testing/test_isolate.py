@@ -484,36 +484,53 @@ def test_what_quit_the_session_is_killed_when_the_command_line_is_interrupted(tm
 
 
 @linux_only
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_process_forked_during_a_check_kills_what_its_own_checks_leave(tmp_path):
     # The fork inherits the count of the threads adopting orphans, but not the
-    # kernel's setting: it must make the setting anew.
-    started, release = tmp_path / "started", tmp_path / "release"
-    target = Factory("testing.test_isolate:waits_for", (str(started), str(release)))
-    thread = threading.Thread(target=tbt.check_producer, args=(target,))
-    thread.start()
-    pidfile = tmp_path / "helper.pid"
+    # kernel's setting: it must make the setting anew. (In a process of its own: a
+    # fork of the test worker, where JAX may be loaded, warns and may deadlock.)
+    started, release, pidfile = (tmp_path / name for name in ("started", "release", "pid"))
+    code = (
+        "import os, sys, threading, time, warnings\n"
+        "import tensorbridge.testing as tbt\n"
+        "from tensorbridge.testing import _isolate\n"
+        "started, release, pidfile, guard = sys.argv[1:]\n"
+        "waits = _isolate.Factory('testing.test_isolate:waits_for', (started, release))\n"
+        "thread = threading.Thread(target=tbt.check_producer, args=(waits,))\n"
+        "thread.start()\n"
+        "while not os.path.exists(started): time.sleep(0.05)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)  # (a fork of threads)\n"
+        "fork = os.fork()\n"
+        "if fork == 0:\n"
+        "    status = 3\n"
+        "    try:\n"
+        "        quits = _isolate.Factory('testing.test_isolate:quits_session',\n"
+        "                                 (pidfile, 'setsid', 'returns'))\n"
+        "        ok = tbt.check_producer(quits, timeout=float(guard)).ok\n"
+        "        gone = not os.path.exists('/proc/' + open(pidfile).read())\n"
+        "        status = 0 if ok and gone else 2 if not ok else 1\n"
+        "    finally:\n"
+        "        os._exit(status)\n"
+        "_, status = os.waitpid(fork, 0)\n"
+        "open(release, 'w').close()\n"
+        "thread.join(float(guard))\n"
+        "sys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    tests = str(pathlib.Path(__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
     try:
-        _wait_for(started)
-        fork = os.fork()
-        if fork == 0:  # pragma: no cover (the fork's coverage is not collected)
-            status = 3
-            try:
-                quits = Factory(
-                    "testing.test_isolate:quits_session", (str(pidfile), "setsid", "returns")
-                )
-                status = 0 if tbt.check_producer(quits, timeout=GUARD).ok else 2
-                if pathlib.Path(f"/proc/{pidfile.read_text()}").exists():
-                    status = 1
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(fork, 0)
+        done = subprocess.run(
+            [sys.executable, "-c", code, *map(str, (started, release, pidfile)), str(GUARD)],
+            env=env,
+            timeout=3 * GUARD,
+            capture_output=True,
+        )
     finally:
-        release.write_text("")
-        thread.join(GUARD)
-    with contextlib.suppress(FileNotFoundError, ValueError):
-        _kill_and_reap(int(pidfile.read_text()))
-    assert os.waitstatus_to_exitcode(status) == 0, "the fork's check left its helper (1) or failed"
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            _kill_and_reap(int(pidfile.read_text()))
+    assert done.returncode == 0, (
+        f"the fork's check left its helper (1) or failed: {done.returncode}\n"
+        + done.stderr.decode()
+    )
 
 
 def _kill_and_reap(pid: int) -> None:
