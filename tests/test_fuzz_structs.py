@@ -439,30 +439,7 @@ def test_stream_rows_are_summed_without_wrapping(width, rows):
             widths=[width],
             width_texts=[str(width).encode()],
             leaf=b"c",
-            levels=[
-                dict(
-                    offset=0,
-                    length=n,
-                    null_count=0,
-                    bitmap=None,
-                    n_children=1,
-                    child_null=False,
-                    n_buffers=1,
-                    buffers_null=False,
-                    values_null=False,
-                ),
-                dict(
-                    offset=0,
-                    length=n * width,
-                    null_count=0,
-                    bitmap=None,
-                    n_children=0,
-                    child_null=False,
-                    n_buffers=2,
-                    buffers_null=False,
-                    values_null=False,
-                ),
-            ],
+            levels=[_honest_level(n, last=False), _honest_level(n * width, last=True)],
             values=0,
         )
         for n in rows
@@ -480,6 +457,22 @@ def test_stream_rows_are_summed_without_wrapping(width, rows):
         return
     t = tb.asarray(stream)
     assert t.shape == (total, width)
+
+
+def _honest_level(length: int, last: bool) -> dict:
+    """One level's fields as an honest producer fills them: no offset, no nulls, a
+    child for a list level, validity and values buffers for the leaf."""
+    return dict(
+        offset=0,
+        length=length,
+        null_count=0,
+        bitmap=None,
+        n_children=0 if last else 1,
+        child_null=False,
+        n_buffers=2 if last else 1,
+        buffers_null=False,
+        values_null=False,
+    )
 
 
 class _Chunks:

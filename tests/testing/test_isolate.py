@@ -470,11 +470,7 @@ def test_what_quit_the_session_is_killed_when_the_command_line_is_interrupted(tm
         "_isolate.cancel_all()\n"
         "os._exit(130)\n"
     )
-    tests = str(pathlib.Path(__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(pidfile)], env=env, timeout=GUARD, capture_output=True
-    )
+    done = _run_script(code, pidfile, timeout=GUARD)
     assert done.returncode == 130, done.stderr.decode()
     pid = int(pidfile.read_text())
     try:
@@ -515,21 +511,27 @@ def test_a_process_forked_during_a_check_kills_what_its_own_checks_leave(tmp_pat
         "thread.join(float(guard))\n"
         "sys.exit(os.waitstatus_to_exitcode(status))\n"
     )
-    tests = str(pathlib.Path(__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, *map(str, (started, release, pidfile)), str(GUARD)],
-            env=env,
-            timeout=3 * GUARD,
-            capture_output=True,
-        )
+        done = _run_script(code, started, release, pidfile, GUARD, timeout=3 * GUARD)
     finally:
         with contextlib.suppress(FileNotFoundError, ValueError):
             _kill_and_reap(int(pidfile.read_text()))
     assert done.returncode == 0, (
         f"the fork's check left its helper (1) or failed: {done.returncode}\n"
         + done.stderr.decode()
+    )
+
+
+def _run_script(code: str, *args: object, timeout: float) -> subprocess.CompletedProcess:
+    """Run ``code`` in a Python process of its own (that imports this module by name,
+    as the checker's children do), with ``args`` as its argv."""
+    tests = str(pathlib.Path(__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env,
+        timeout=timeout,
+        capture_output=True,
     )
 
 
